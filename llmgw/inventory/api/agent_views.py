@@ -1,0 +1,104 @@
+"""The agent API: join, register, heartbeat. Thin: validate, then call the
+service."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from rest_framework import serializers, status
+from rest_framework.permissions import AllowAny, BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from llmgw.inventory import services
+from llmgw.inventory.api import agent_serializers as s
+from llmgw.inventory.api.auth import NodeCredentialAuthentication
+from llmgw.inventory.models import Node
+
+
+class IsNode(BasePermission):
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.auth, Node)
+
+
+def _errors(errors: dict[str, list[str]], code: int = status.HTTP_400_BAD_REQUEST) -> Response:
+    return Response({"errors": errors}, status=code)
+
+
+class AgentView(APIView):
+    authentication_classes = [NodeCredentialAuthentication]
+    permission_classes = [IsNode]
+    serializer_class: type[serializers.Serializer] = s.Envelope
+
+    def parse(self, request: Request) -> tuple[dict[str, Any] | None, Response | None]:
+        # Read the raw body ourselves: the size limit must bite before JSON
+        # parsing, and a syntax error must name the line like any other field.
+        body = request._request.body
+        if len(body) > settings.AGENT_MAX_PAYLOAD_BYTES:
+            return None, _errors(
+                {"payload": [f"{len(body)} bytes is over the limit of {settings.AGENT_MAX_PAYLOAD_BYTES}"]},
+                status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            )
+        try:
+            raw = json.loads(body or b"null")
+        except ValueError as exc:
+            return None, _errors({"payload": [f"not JSON: {exc}"]})
+        if not isinstance(raw, dict):
+            return None, _errors({"payload": ["expected a JSON object"]})
+        serializer = self.serializer_class(data=raw)
+        if not serializer.is_valid():
+            return None, _errors(s.flatten_errors(serializer.errors))
+        data = dict(serializer.validated_data)
+        if data["node"] != request.auth.name:
+            services.refuse_impersonation(request.auth, data["node"], request.path)
+            return None, Response(
+                {"errors": {"node": [f"this credential belongs to {request.auth.name}"]}},
+                status=status.HTTP_403_FORBIDDEN,
+            )
+        return data, None
+
+
+class RegisterView(AgentView):
+    serializer_class = s.RegisterSerializer
+
+    def post(self, request: Request) -> Response:
+        data, refusal = self.parse(request)
+        if refusal:
+            return refusal
+        node = services.register(request.auth, data)
+        return Response({"node": node.name, "state": services.effective_state(node)})
+
+
+class HeartbeatView(AgentView):
+    serializer_class = s.HeartbeatSerializer
+
+    def post(self, request: Request) -> Response:
+        data, refusal = self.parse(request)
+        if refusal:
+            return refusal
+        return Response(services.heartbeat(request.auth, data))
+
+
+class JoinView(AgentView):
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    serializer_class = s.JoinSerializer
+
+    def post(self, request: Request) -> Response:
+        body = request._request.body
+        try:
+            raw = json.loads(body or b"null")
+        except ValueError as exc:
+            return _errors({"payload": [f"not JSON: {exc}"]})
+        serializer = s.JoinSerializer(data=raw if isinstance(raw, dict) else {})
+        if not serializer.is_valid():
+            return _errors(s.flatten_errors(serializer.errors))
+        data = serializer.validated_data
+        try:
+            credential = services.join(data["node"], data["token"])
+        except services.InventoryError as exc:
+            return Response({"errors": {"token": [str(exc)]}}, status=status.HTTP_403_FORBIDDEN)
+        return Response({"node": data["node"], "credential": credential})

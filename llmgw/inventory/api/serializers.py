@@ -1,0 +1,104 @@
+"""What operators read. Unknown stays null: an old agent is not a small
+machine, and a node with no model directories is not a full disk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from llmgw.inventory import services
+from llmgw.inventory.models import Filesystem, Gpu, ModelHolding, Node
+
+
+class FilesystemSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Filesystem
+        fields = ["mount", "device", "fstype", "shared", "free_bytes", "total_bytes", "dirs"]
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    healthy = serializers.BooleanField(read_only=True)
+    unhealthy_reason = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Gpu
+        fields = [
+            "index", "uuid", "name", "gpu_class", "memory_total_bytes",
+            "ecc_uncorrected", "foreign_processes", "healthy", "unhealthy_reason",
+        ]
+
+
+class HoldingSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ModelHolding
+        fields = ["model_name", "path", "shared"]
+
+
+def _disk(filesystems: list[Filesystem], shared: bool) -> dict[str, int] | None:
+    chosen = [fs for fs in filesystems if fs.shared == shared]
+    if not chosen:
+        return None
+    return {
+        "free_bytes": sum(fs.free_bytes for fs in chosen),
+        "total_bytes": sum(fs.total_bytes for fs in chosen),
+    }
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    state = serializers.SerializerMethodField()
+    labels = serializers.DictField(child=serializers.CharField(), read_only=True)
+    filesystems = FilesystemSerializer(many=True, read_only=True)
+    disk_local = serializers.SerializerMethodField()
+    disk_shared = serializers.SerializerMethodField()
+    gpus = GpuSerializer(many=True, read_only=True)
+    holdings = HoldingSerializer(many=True, read_only=True)
+    measurements_fresh = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        fields = [
+            "name", "state", "simulated", "cordoned", "cordon_reason", "cordoned_by", "cordoned_at",
+            "labels", "agent_labels", "operator_labels", "agent_version", "features", "probed",
+            "os", "kernel", "arch", "cpu_model", "cpu_flags", "cpus", "memory_total_bytes",
+            "nvidia_driver", "fabrics", "heartbeat_interval_s", "registered_at", "last_heartbeat_at",
+            "measured_at", "measurements_fresh", "cpu_utilization_percent", "load1", "load5", "load15",
+            "memory_used_bytes", "memory_available_bytes", "collectors", "weights_probed",
+            "filesystems", "disk_local", "disk_shared", "gpus", "holdings",
+        ]
+
+    @extend_schema_field(serializers.ChoiceField(choices=["Ready", "NotReady"]))
+    def get_state(self, node: Node) -> str:
+        return services.effective_state(node, self.context.get("now"))
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_disk_local(self, node: Node) -> dict[str, int] | None:
+        return _disk(list(node.filesystems.all()), shared=False)
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_disk_shared(self, node: Node) -> dict[str, int] | None:
+        return _disk(list(node.filesystems.all()), shared=True)
+
+    def get_measurements_fresh(self, node: Node) -> bool:
+        if node.measured_at is None:
+            return False
+        now = self.context.get("now") or timezone.now()
+        return (now - node.measured_at).total_seconds() <= settings.MEASUREMENT_MAX_AGE_S
+
+    def to_representation(self, instance: Node) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        # Free-form JSON columns default to "" in the table; say null instead.
+        for key in ("os", "kernel", "arch", "cpu_model", "nvidia_driver", "agent_version"):
+            data[key] = data[key] or None
+        return data
+
+
+class CordonSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=500, allow_blank=True, required=False, default="")
+
+
+class LabelsSerializer(serializers.Serializer):
+    labels = serializers.DictField(child=serializers.CharField(max_length=253, allow_null=True))

@@ -1,0 +1,162 @@
+"""Nodes and what they report: hardware, filesystems, GPUs, weights.
+
+Agents own most of these columns; operators own cordons and their labels.
+The split matters: a re-registering agent rewrites what it owns and never
+touches what an operator set.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from llmgw.inventory.choices import NodeState
+
+
+class Node(models.Model):
+    name = models.CharField(max_length=253, unique=True)
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.NOT_READY)
+    simulated = models.BooleanField(default=False)
+
+    # Identity. Only hashes are stored; see llmgw.inventory.credentials.
+    credential_hash = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    join_token_hash = models.CharField(max_length=64, blank=True, default="")
+    join_token_expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    # Operator-owned.
+    cordoned = models.BooleanField(default=False)
+    cordon_reason = models.CharField(max_length=500, blank=True, default="")
+    cordoned_by = models.CharField(max_length=150, blank=True, default="")
+    cordoned_at = models.DateTimeField(null=True, blank=True)
+    operator_labels = models.JSONField(default=dict, blank=True)
+
+    # Agent-owned, sent at registration. Null is "the agent did not say".
+    agent_labels = models.JSONField(default=dict, blank=True)
+    agent_version = models.CharField(max_length=64, blank=True, default="")
+    features = models.JSONField(default=list, blank=True)
+    probed = models.BooleanField(default=False)
+    os = models.CharField(max_length=200, blank=True, default="")
+    kernel = models.CharField(max_length=200, blank=True, default="")
+    arch = models.CharField(max_length=64, blank=True, default="")
+    cpu_model = models.CharField(max_length=200, blank=True, default="")
+    cpu_flags = models.JSONField(default=list, blank=True)
+    cpus = models.PositiveIntegerField(null=True, blank=True)
+    memory_total_bytes = models.BigIntegerField(null=True, blank=True)
+    nvidia_driver = models.CharField(max_length=64, blank=True, default="")
+    fabrics = models.JSONField(default=list, blank=True)
+    heartbeat_interval_s = models.PositiveIntegerField(default=10)
+    registered_at = models.DateTimeField(null=True, blank=True)
+
+    # Latest measurements, from heartbeats. measured_at says how old they are.
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    measured_at = models.DateTimeField(null=True, blank=True)
+    cpu_utilization_percent = models.FloatField(null=True, blank=True)
+    load1 = models.FloatField(null=True, blank=True)
+    load5 = models.FloatField(null=True, blank=True)
+    load15 = models.FloatField(null=True, blank=True)
+    memory_used_bytes = models.BigIntegerField(null=True, blank=True)
+    memory_available_bytes = models.BigIntegerField(null=True, blank=True)
+    collectors = models.JSONField(default=list, blank=True)
+    # None: the agent never said whether it looks for weights (too old, or
+    # not told where); the placement preference treats it like "holds none".
+    weights_probed = models.BooleanField(null=True, blank=True)
+    # Digests of the last filesystem and weights reports, so a heartbeat that
+    # changes neither costs no writes to those tables.
+    filesystems_reported_at = models.DateTimeField(null=True, blank=True)
+    filesystems_digest = models.CharField(max_length=64, blank=True, default="")
+    weights_digest = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def labels(self) -> dict[str, str]:
+        # Operators win: a label set by hand is a decision, the agent's is a default.
+        return {**(self.agent_labels or {}), **(self.operator_labels or {})}
+
+    @property
+    def vector_extensions(self) -> list[str]:
+        return list(self.cpu_flags or [])
+
+
+class Filesystem(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="filesystems")
+    mount = models.CharField(max_length=1024)
+    device = models.CharField(max_length=1024, blank=True, default="")
+    fstype = models.CharField(max_length=64, blank=True, default="")
+    shared = models.BooleanField(default=False)
+    free_bytes = models.BigIntegerField()
+    total_bytes = models.BigIntegerField()
+    dirs = models.JSONField(default=list, blank=True)
+    reported_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["node", "mount"]
+        constraints = [models.UniqueConstraint(fields=["node", "mount"], name="one_row_per_mount")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}:{self.mount}"
+
+
+class Gpu(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64)
+    name = models.CharField(max_length=128, blank=True, default="")
+    gpu_class = models.CharField(max_length=64, blank=True, default="")
+    memory_total_bytes = models.BigIntegerField(null=True, blank=True)
+    ecc_uncorrected = models.PositiveIntegerField(null=True, blank=True)
+    foreign_processes = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="one_gpu_per_index")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"
+
+    @property
+    def unhealthy_reason(self) -> str:
+        """Why this card is not free, in words; empty when it is."""
+        if self.ecc_uncorrected:
+            return f"{self.ecc_uncorrected} uncorrected ECC errors"
+        if self.foreign_processes:
+            return f"{self.foreign_processes} other process(es) on the card"
+        return ""
+
+    @property
+    def healthy(self) -> bool:
+        return not self.unhealthy_reason
+
+
+class ModelHolding(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="holdings")
+    model_name = models.CharField(max_length=255)
+    path = models.CharField(max_length=1024)
+    shared = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["node", "model_name"]
+
+    def __str__(self) -> str:
+        return f"{self.model_name}@{self.node.name}"
+
+
+class AuditEvent(models.Model):
+    """Who did what to a node, and refused agent requests worth a look."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    node_name = models.CharField(max_length=253, blank=True, default="")
+    actor = models.CharField(max_length=253, blank=True, default="")
+    action = models.CharField(max_length=64)
+    detail = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-at"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} {self.node_name}"
+

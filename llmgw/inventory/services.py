@@ -1,0 +1,305 @@
+"""State changes to the inventory. Views and commands call these; each is one
+transaction, and nothing else writes these tables."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from llmgw.inventory import credentials
+from llmgw.inventory.choices import NodeState
+from llmgw.inventory.models import AuditEvent, Filesystem, Gpu, ModelHolding, Node
+
+log = logging.getLogger("llmgw.inventory")
+
+
+class InventoryError(Exception):
+    """A refused operation, with a message fit for the operator."""
+
+
+def _audit(node_name: str, actor: str, action: str, detail: str = "") -> None:
+    AuditEvent.objects.create(node_name=node_name, actor=actor, action=action, detail=detail)
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+# --- identity ---------------------------------------------------------------
+
+
+@transaction.atomic
+def add_node(name: str, actor: str) -> str:
+    """Create (or re-open) a node and return its one-time join token."""
+    node, _ = Node.objects.select_for_update().get_or_create(name=name)
+    if node.credential_hash and not node.revoked_at:
+        raise InventoryError(f"node {name} has already joined; revoke it first to re-join")
+    token = credentials.new_secret()
+    node.join_token_hash = credentials.digest(token)
+    node.join_token_expires_at = timezone.now() + timedelta(seconds=settings.JOIN_TOKEN_TTL_S)
+    node.revoked_at = None
+    node.save()
+    _audit(name, actor, "node-add")
+    return token
+
+
+def join(name: str, token: str) -> str:
+    """Trade a join token for the node's own credential, exactly once."""
+    now = timezone.now()
+    credential, cred_digest = credentials.make_credential(name)
+    with transaction.atomic():
+        # Compare-and-set on the token digest: two agents racing with one
+        # token cannot both win.
+        won = Node.objects.filter(
+            name=name,
+            join_token_hash=credentials.digest(token),
+            join_token_expires_at__gt=now,
+        ).update(join_token_hash="", join_token_expires_at=None, credential_hash=cred_digest)
+        if won != 1:
+            _audit(name, "agent", "join-refused", "unknown node, used or expired token")
+            raise InventoryError("join refused: unknown node, or the token was used or has expired")
+        _audit(name, "agent", "join")
+    return credential
+
+
+@transaction.atomic
+def revoke_node(name: str, actor: str) -> None:
+    updated = Node.objects.filter(name=name).update(
+        credential_hash="", join_token_hash="", revoked_at=timezone.now(), state=NodeState.NOT_READY
+    )
+    if not updated:
+        raise InventoryError(f"no node named {name}")
+    _audit(name, actor, "node-revoke")
+
+
+def authenticate(credential: str) -> Node | None:
+    parts = credentials.split_credential(credential)
+    if parts is None:
+        return None
+    name, secret = parts
+    node = Node.objects.filter(name=name).first()
+    if node is None or node.revoked_at or not credentials.matches(secret, node.credential_hash):
+        return None
+    return node
+
+
+def refuse_impersonation(node: Node, claimed: object, path: str) -> None:
+    log.warning("node %s sent a payload for node %r to %s: refused", node.name, claimed, path)
+    _audit(node.name, node.name, "impersonation-refused", f"payload named {claimed!r} on {path}")
+
+
+# --- agent reports ----------------------------------------------------------
+
+_AGENT_OWNED = (
+    "agent_version", "probed", "simulated", "heartbeat_interval_s",
+)
+_SYSTEM_FIELDS = ("os", "kernel", "arch", "cpu_model", "nvidia_driver")
+
+
+@transaction.atomic
+def register(node: Node, data: dict[str, Any]) -> Node:
+    """Store what the agent says the node is. Cordons and operator labels
+    are the operator's and are never touched here."""
+    system = data.get("system") or {}
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    for field in _AGENT_OWNED:
+        if field in data:
+            setattr(node, field, data[field])
+    for field in _SYSTEM_FIELDS:
+        setattr(node, field, system.get(field) or "")
+    node.cpus = system.get("cpus")
+    node.memory_total_bytes = system.get("memory_total_bytes")
+    node.cpu_flags = list(system.get("cpu_flags") or [])
+    node.features = list(data.get("features") or [])
+    node.agent_labels = dict(data.get("labels") or {})
+    node.fabrics = list(data.get("fabrics") or [])
+    node.registered_at = timezone.now()
+    node.save()
+    _replace_gpus(node, data.get("gpus") or [])
+    return node
+
+
+def _replace_gpus(node: Node, gpus: list[dict[str, Any]]) -> None:
+    seen = set()
+    for gpu in gpus:
+        seen.add(gpu["index"])
+        Gpu.objects.update_or_create(
+            node=node,
+            index=gpu["index"],
+            defaults={
+                "uuid": gpu["uuid"],
+                "name": gpu.get("name") or "",
+                "gpu_class": gpu.get("class") or "",
+                "memory_total_bytes": gpu.get("memory_total_bytes"),
+                "ecc_uncorrected": gpu.get("ecc_uncorrected"),
+                "foreign_processes": gpu.get("foreign_processes"),
+            },
+        )
+    Gpu.objects.filter(node=node).exclude(index__in=seen).delete()
+
+
+def heartbeat(node: Node, data: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:
+    """Store one heartbeat. A heartbeat that changes nothing but the
+    measurements is a single UPDATE of the node row: at 10,000 nodes every
+    10 s this is the hot path of the whole control plane."""
+    now = now or timezone.now()
+    fields: dict[str, Any] = {"last_heartbeat_at": now, "state": NodeState.READY}
+    if "collectors" in data:
+        fields["collectors"] = data["collectors"]
+    cpu = data.get("cpu")
+    if cpu is not None:
+        fields["cpu_utilization_percent"] = cpu.get("utilization_percent")
+        load = cpu.get("load") or [None, None, None]
+        fields["load1"], fields["load5"], fields["load15"] = load
+    memory = data.get("memory")
+    if memory is not None:
+        fields["memory_used_bytes"] = memory.get("used_bytes")
+        fields["memory_available_bytes"] = memory.get("available_bytes")
+    if cpu is not None or memory is not None:
+        fields["measured_at"] = now
+
+    writes = []
+    if "filesystems" in data:
+        fields["filesystems_reported_at"] = now
+        digest = _digest(data["filesystems"])
+        if digest != node.filesystems_digest:
+            writes.append(lambda: _replace_filesystems(node, data["filesystems"], now))
+            fields["filesystems_digest"] = digest
+    if "weights" in data:
+        weights = data["weights"]
+        fields["weights_probed"] = bool(weights.get("probed"))
+        digest = _digest(weights)
+        if digest != node.weights_digest:
+            writes.append(lambda: _replace_holdings(node, weights.get("models") or []))
+            fields["weights_digest"] = digest
+    if writes:
+        with transaction.atomic():
+            for write in writes:
+                write()
+            Node.objects.filter(pk=node.pk).update(**fields)
+    else:
+        # No transaction: one UPDATE is atomic by itself, and BEGIN/COMMIT
+        # would triple the statements of the commonest request there is.
+        Node.objects.filter(pk=node.pk).update(**fields)
+
+    if node.state != NodeState.READY:
+        log.info("node %s is Ready", node.name)
+    return {"node": node.name, "state": NodeState.READY, "register": node.registered_at is None}
+
+
+def _replace_filesystems(node: Node, filesystems: list[dict[str, Any]], now: datetime) -> None:
+    Filesystem.objects.filter(node=node).delete()
+    Filesystem.objects.bulk_create(
+        Filesystem(
+            node=node,
+            mount=fs["mount"],
+            device=fs.get("device") or "",
+            fstype=fs.get("fstype") or "",
+            shared=fs["shared"],
+            free_bytes=fs["free_bytes"],
+            total_bytes=fs["total_bytes"],
+            dirs=fs.get("dirs") or [],
+            reported_at=now,
+        )
+        for fs in filesystems
+    )
+
+
+def _replace_holdings(node: Node, models: list[dict[str, Any]]) -> None:
+    ModelHolding.objects.filter(node=node).delete()
+    ModelHolding.objects.bulk_create(
+        ModelHolding(node=node, model_name=m["name"], path=m["path"], shared=m["shared"]) for m in models
+    )
+
+
+# --- operators --------------------------------------------------------------
+
+
+@transaction.atomic
+def cordon(name: str, reason: str, actor: str) -> Node:
+    if not reason.strip():
+        raise InventoryError("a cordon needs a reason: the next operator will ask why")
+    node = _locked(name)
+    node.cordoned, node.cordon_reason = True, reason.strip()
+    node.cordoned_by, node.cordoned_at = actor, timezone.now()
+    node.save(update_fields=["cordoned", "cordon_reason", "cordoned_by", "cordoned_at"])
+    _audit(name, actor, "cordon", reason)
+    return node
+
+
+@transaction.atomic
+def uncordon(name: str, actor: str, reason: str = "") -> Node:
+    node = _locked(name)
+    node.cordoned, node.cordon_reason, node.cordoned_by, node.cordoned_at = False, "", "", None
+    node.save(update_fields=["cordoned", "cordon_reason", "cordoned_by", "cordoned_at"])
+    _audit(name, actor, "uncordon", reason)
+    return node
+
+
+@transaction.atomic
+def set_labels(name: str, labels: dict[str, str | None], actor: str) -> Node:
+    """Operator labels; a None value removes the operator's label (the
+    agent's, if any, shows through again)."""
+    node = _locked(name)
+    merged = dict(node.operator_labels or {})
+    for key, value in labels.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    node.operator_labels = merged
+    node.save(update_fields=["operator_labels"])
+    _audit(name, actor, "label", json.dumps(labels, sort_keys=True))
+    return node
+
+
+def _locked(name: str) -> Node:
+    try:
+        return Node.objects.select_for_update().get(name=name)
+    except Node.DoesNotExist:
+        raise InventoryError(f"no node named {name}") from None
+
+
+# --- staleness --------------------------------------------------------------
+
+
+def is_ready(node: Node, now: datetime | None = None) -> bool:
+    """Ready unless three heartbeat intervals have passed in silence. Read
+    from the timestamps, so a page is right even when the worker that
+    persists the state is behind."""
+    if node.state != NodeState.READY or node.last_heartbeat_at is None:
+        return False
+    now = now or timezone.now()
+    allowed = timedelta(seconds=node.heartbeat_interval_s * settings.MISSED_HEARTBEATS_NOT_READY)
+    return now - node.last_heartbeat_at <= allowed
+
+
+def effective_state(node: Node, now: datetime | None = None) -> str:
+    return NodeState.READY if is_ready(node, now) else NodeState.NOT_READY
+
+
+def mark_missed_heartbeats(now: datetime | None = None) -> list[str]:
+    """Persist NotReady for nodes that went silent; returns their names."""
+    now = now or timezone.now()
+    missed = settings.MISSED_HEARTBEATS_NOT_READY
+    changed: list[str] = []
+    intervals = Node.objects.filter(state=NodeState.READY).values_list("heartbeat_interval_s", flat=True)
+    for interval in set(intervals):
+        stale = Node.objects.filter(
+            state=NodeState.READY,
+            heartbeat_interval_s=interval,
+            last_heartbeat_at__lt=now - timedelta(seconds=interval * missed),
+        )
+        names = list(stale.values_list("name", flat=True))
+        if names and stale.filter(name__in=names).update(state=NodeState.NOT_READY):
+            changed.extend(names)
+    for name in changed:
+        log.warning("node %s missed %d heartbeats: NotReady", name, missed)
+    return changed

@@ -1,0 +1,8 @@
+from celery import shared_task
+
+from llmgw.inventory import services
+
+
+@shared_task(name="llmgw.inventory.tasks.mark_missed_heartbeats")
+def mark_missed_heartbeats() -> list[str]:
+    return services.mark_missed_heartbeats()

@@ -1,0 +1,29 @@
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.exceptions import AuthenticationFailed
+
+from llmgw.metrics.collectors import FleetCollector
+
+_registry = CollectorRegistry(auto_describe=False)
+_registry.register(FleetCollector())
+
+
+class _BearerOrToken(TokenAuthentication):
+    # Prometheus sends "Bearer" by default; DRF's token scheme is "Token".
+    def authenticate(self, request):  # type: ignore[no-untyped-def]
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if header.startswith("Bearer "):
+            request.META["HTTP_AUTHORIZATION"] = "Token " + header[len("Bearer ") :]
+        return super().authenticate(request)
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """The fleet in Prometheus format, for a logged-in user or an API token."""
+    if not request.user.is_authenticated:
+        try:
+            if _BearerOrToken().authenticate(request) is None:
+                return HttpResponse("authentication required\n", status=401, content_type="text/plain")
+        except AuthenticationFailed:
+            return HttpResponse("invalid token\n", status=401, content_type="text/plain")
+    return HttpResponse(generate_latest(_registry), content_type=CONTENT_TYPE_LATEST)
