@@ -1,0 +1,362 @@
+"""The scheduler: highest-priority profile that fits, and why not elsewhere.
+
+Pure: views in, a decision and its explanation out. `Inventory` is a working
+copy of the fleet indexed for placement (free GPUs bucketed by count, the
+rules that allocations cannot change cached per profile), so a decision costs
+a few bucket lookups instead of a pass over every node; `apply` updates the
+copy, which is how headroom dry-runs the scheduler.
+
+Preference order, all among nodes that satisfy every rule:
+- weights already on the node first (a preference, never a filter: fetching
+  them is a valid answer, refusing to place is not);
+- a single-node GPU shard best-fits the fewest free GPUs of its class, so
+  partly used nodes fill first and whole nodes stay free for models that
+  cannot be split; a CPU shard prefers nodes without GPUs, then used ones;
+- a multi-node replica takes the emptiest machines (see multinode.py);
+- then the order the nodes were given in.
+"""
+
+from __future__ import annotations
+
+import weakref
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from functools import partial
+
+from . import multinode
+from .checks import NodeState, fabric_adapters, pick_gpus, shard_refusal, static_refusal
+from .types import (
+    Decision,
+    Explanation,
+    NodeView,
+    Placement,
+    Profile,
+    Reason,
+    Rejection,
+    RejectionSource,
+    Shard,
+)
+
+_StaticKey = tuple[object, ...]
+
+
+def _static_key(p: Profile) -> _StaticKey:
+    return (
+        p.gpu_class,
+        p.gpus_per_shard,
+        p.min_memory_bytes,
+        p.engine,
+        p.engine_version,
+        tuple(sorted(p.node_selector.items())),
+    )
+
+
+def _fit(n: NodeState, p: Profile, mem: int) -> tuple[int, ...] | None:
+    if mem and n.free_mem is not None and n.free_mem < mem:
+        return None
+    cores = p.cpu_cores
+    if cores and n.free_cores is not None and n.free_cores < cores:
+        return None
+    return pick_gpus(n, p)
+
+
+class Inventory:
+    """A mutable, indexed copy of the fleet; never touches the views given."""
+
+    def __init__(self, nodes: Iterable[NodeView]) -> None:
+        self._nodes = [NodeState(i, v) for i, v in enumerate(nodes)]
+        self._by_name: dict[str, NodeState] = {}
+        for n in self._nodes:
+            if n.view.name in self._by_name:
+                raise ValueError(f"node {n.view.name} appears twice")
+            self._by_name[n.view.name] = n
+        # class -> free count -> ordinals, kept sorted (ties go in node order).
+        self._buckets: dict[str, list[list[int]]] = {}
+        self._holders: dict[str, list[int]] = {}
+        for n in self._nodes:
+            for cls, free in n.free.items():
+                self._bucket(cls, len(free)).append(n.ordinal)
+            for model in n.view.holds_weights:
+                self._holders.setdefault(model, []).append(n.ordinal)
+        self._static: dict[_StaticKey, tuple[frozenset[int], list[int]]] = {}
+        self._pending: weakref.WeakSet[Explanation] = weakref.WeakSet()
+
+    def _bucket(self, cls: str, count: int) -> list[int]:
+        buckets = self._buckets.setdefault(cls, [])
+        while len(buckets) <= count:
+            buckets.append([])
+        return buckets[count]
+
+    def _eligible(self, p: Profile) -> tuple[frozenset[int], list[int]]:
+        key = _static_key(p)
+        cached = self._static.get(key)
+        if cached is None:
+            ok = [n.ordinal for n in self._nodes if static_refusal(n, p) is None]
+            cached = (frozenset(ok), ok)
+            self._static[key] = cached
+        return cached
+
+    def copy(self) -> Inventory:
+        other = Inventory.__new__(Inventory)
+        other._nodes = []
+        for n in self._nodes:
+            m = NodeState.__new__(NodeState)
+            for slot in NodeState.__slots__:
+                setattr(m, slot, getattr(n, slot))
+            m.free = {cls: list(free) for cls, free in n.free.items()}
+            other._nodes.append(m)
+        other._by_name = {n.view.name: n for n in other._nodes}
+        other._buckets = {cls: [list(b) for b in bs] for cls, bs in self._buckets.items()}
+        other._holders = self._holders
+        other._static = dict(self._static)
+        other._pending = weakref.WeakSet()
+        return other
+
+    # -- deciding ---------------------------------------------------------
+
+    def place(self, model: str, profiles: Sequence[Profile]) -> Placement:
+        """Try profiles highest priority first (ties in the order given)."""
+        ordered = sorted(profiles, key=lambda p: -p.priority)
+        attempts: list[tuple[str, int, bool]] = []
+        sources: list[RejectionSource] = []
+        decision: Decision | None = None
+        for p in ordered:
+            decision = self.decide(model, p)
+            attempts.append((p.name, p.priority, decision is not None))
+            sources.append(partial(self._explain, model, p, decision))
+            if decision is not None:
+                break
+        explanation = Explanation(model, tuple(attempts), sources)
+        self._pending.add(explanation)
+        return Placement(model, decision, explanation)
+
+    def decide(self, model: str, p: Profile) -> Decision | None:
+        """One profile, no explanation: what place and headroom build on."""
+        if p.nodes_per_replica > 1:
+            return self._decide_multi(model, p)
+        picked = self._pick_gpu(model, p) if p.gpu_class else self._pick_cpu(model, p)
+        if picked is None:
+            return None
+        return self._decision(model, p, None, [picked])
+
+    def _pick_gpu(self, model: str, p: Profile) -> tuple[NodeState, tuple[int, ...]] | None:
+        ok, _ = self._eligible(p)
+        mem = p.memory_bytes
+        cls = p.gpu_class
+        assert cls is not None
+        nodes = self._nodes
+        best: tuple[tuple[int, int], NodeState, tuple[int, ...]] | None = None
+        for o in self._holders.get(model, ()):
+            if o in ok:
+                n = nodes[o]
+                gpus = _fit(n, p, mem)
+                if gpus is not None:
+                    key = (n.free_count(cls), o)
+                    if best is None or key < best[0]:
+                        best = (key, n, gpus)
+        if best is not None:
+            return best[1], best[2]
+        buckets = self._buckets.get(cls, [])
+        for count in range(p.gpus_per_shard, len(buckets)):
+            for o in buckets[count]:
+                if o in ok:
+                    n = nodes[o]
+                    gpus = _fit(n, p, mem)
+                    if gpus is not None:
+                        return n, gpus
+        return None
+
+    def _pick_cpu(self, model: str, p: Profile) -> tuple[NodeState, tuple[int, ...]] | None:
+        ok, ordered = self._eligible(p)
+        mem = p.memory_bytes
+        holders = [o for o in self._holders.get(model, ()) if o in ok]
+        for pool in (holders, ordered):
+            best: tuple[tuple[bool, bool], NodeState] | None = None
+            for o in pool:
+                n = self._nodes[o]
+                if _fit(n, p, mem) is None:
+                    continue
+                # GPU nodes last, keeping their cards reachable; used nodes first.
+                key = (n.has_gpus, not n.used)
+                if best is None or key < best[0]:
+                    best = (key, n)
+                    if key == (False, False):
+                        break
+            if best is not None:
+                return best[1], ()
+        return None
+
+    def _candidates(self, p: Profile) -> list[multinode.Candidate]:
+        _, ordered = self._eligible(p)
+        mem = p.memory_bytes
+        out: list[multinode.Candidate] = []
+        for o in ordered:
+            n = self._nodes[o]
+            gpus = _fit(n, p, mem)
+            if gpus is not None:
+                out.append((n, gpus))
+        return out
+
+    def _decide_multi(self, model: str, p: Profile) -> Decision | None:
+        chosen = multinode.plan(self._candidates(p), p, model)
+        if chosen is None:
+            return None
+        return self._decision(model, p, chosen.fabric, chosen.chosen)
+
+    def _decision(
+        self,
+        model: str,
+        p: Profile,
+        fabric: str | None,
+        picked: list[tuple[NodeState, tuple[int, ...]]],
+    ) -> Decision:
+        shards = []
+        for n, gpus in picked:
+            uuids = {g.index: g.uuid for g in n.view.gpus}
+            adapters = fabric_adapters(n, fabric) if fabric else ()
+            shards.append(
+                Shard(
+                    node=n.view.name,
+                    gpu_indices=gpus,
+                    gpu_uuids=tuple(uuids[i] for i in gpus),
+                    adapters=adapters,
+                    cpu_cores=p.cpu_cores,
+                    memory_bytes=p.memory_bytes,
+                    holds_weights=model in n.view.holds_weights,
+                )
+            )
+        env = {}
+        if fabric is not None and fabric.startswith(multinode.NVLINK_PREFIX):
+            env["NCCL_MNNVL_ENABLE"] = "1"
+        return Decision(model, p.name, tuple(shards), fabric, env)
+
+    # -- applying ---------------------------------------------------------
+
+    def apply(self, decision: Decision) -> None:
+        """Record a decision's claims on this copy of the fleet."""
+        # Explanations still unread were judged against the state before this.
+        for explanation in list(self._pending):
+            explanation.materialize()
+        self._pending = weakref.WeakSet()
+        for shard in decision.shards:
+            n = self._by_name[shard.node]
+            classes = {g.index: g.gpu_class for g in n.view.gpus}
+            for index in shard.gpu_indices:
+                cls = classes[index]
+                free = n.free[cls]
+                at = bisect_left(free, index)
+                if at == len(free) or free[at] != index:
+                    raise ValueError(f"{shard.node} GPU {index} is not free")
+                bucket = self._buckets[cls][len(free)]
+                del bucket[bisect_left(bucket, n.ordinal)]
+                del free[at]
+                if free:
+                    insort(self._bucket(cls, len(free)), n.ordinal)
+            if n.free_mem is not None:
+                n.free_mem -= shard.memory_bytes
+            if n.free_cores is not None:
+                n.free_cores -= shard.cpu_cores
+            n.used = True
+
+    # -- explaining -------------------------------------------------------
+
+    def _explain(self, model: str, p: Profile, decision: Decision | None) -> tuple[Rejection, ...]:
+        chosen = {s.node: s for s in decision.shards} if decision else {}
+        out: list[tuple[int, Rejection]] = []
+        cands: list[multinode.Candidate] = []
+        for n in self._nodes:
+            name = n.view.name
+            if name in chosen:
+                continue
+            refusal = shard_refusal(n, p)
+            if refusal is not None:
+                out.append((n.ordinal, Rejection(name, refusal[0], refusal[1], p.name)))
+            else:
+                gpus = pick_gpus(n, p)
+                assert gpus is not None
+                cands.append((n, gpus))
+        if p.nodes_per_replica > 1:
+            for o, (reason, message) in multinode.unchosen(cands, p, model).items():
+                out.append((o, Rejection(self._nodes[o].view.name, reason, message, p.name)))
+        else:
+            # A single-node profile with any candidate always places.
+            assert decision is not None or not cands
+            for n, _ in cands:
+                assert decision is not None
+                message = self._not_preferred(model, p, n, decision.shards[0])
+                out.append(
+                    (n.ordinal, Rejection(n.view.name, Reason.NOT_PREFERRED, message, p.name))
+                )
+        out.sort(key=lambda r: r[0])
+        return tuple(r for _, r in out)
+
+    def _not_preferred(self, model: str, p: Profile, n: NodeState, shard: Shard) -> str:
+        name = n.view.name
+        winner = self._by_name[shard.node]
+        if shard.holds_weights and model not in n.view.holds_weights:
+            return f"{name} fits, but {winner.view.name} already holds the weights of {model}"
+        if p.gpu_class is not None:
+            # Counted before the decision was applied: the winner's cards were still free.
+            mine, theirs = n.free_count(p.gpu_class), winner.free_count(p.gpu_class)
+            return (
+                f"{name} fits with {mine} free {p.gpu_class} GPUs, but {winner.view.name} "
+                f"has {theirs} free and partly used nodes fill first"
+            )
+        why = "has no GPUs to keep free" if not winner.has_gpus else "is already in use"
+        return f"{name} fits, but {winner.view.name} {why} and comes first"
+
+
+def place(model: str, profiles: Sequence[Profile], nodes: Iterable[NodeView]) -> Placement:
+    """Place one replica of `model`: the highest-priority profile that fits."""
+    return Inventory(nodes).place(model, profiles)
+
+
+def headroom(
+    model: str,
+    profiles: Sequence[Profile],
+    nodes: Iterable[NodeView] | Inventory,
+    *,
+    limit: int = 10_000,
+) -> dict[str, int]:
+    """How many more replicas of each profile fit, each profile on its own.
+
+    Dry-runs the scheduler on a copy of the inventory, applying every
+    decision to the copy, so the answer is what placement would really do
+    rather than free GPUs divided by GPUs per replica.
+    """
+    base = nodes if isinstance(nodes, Inventory) else Inventory(nodes)
+    room: dict[str, int] = {}
+    for p in profiles:
+        inv = base.copy()
+        count = 0
+        while count < limit:
+            decision = inv.decide(model, p)
+            if decision is None:
+                break
+            inv.apply(decision)
+            count += 1
+        room[p.name] = count
+    return room
+
+
+def apply_to_views(nodes: Iterable[NodeView], decision: Decision) -> list[NodeView]:
+    """The views as they will read once the decision's allocations exist."""
+    shards = {s.node: s for s in decision.shards}
+    out: list[NodeView] = []
+    for v in nodes:
+        s = shards.get(v.name)
+        if s is None:
+            out.append(v)
+            continue
+        taken = set(s.gpu_indices)
+        gpus = tuple(replace(g, allocated=True) if g.index in taken else g for g in v.gpus)
+        out.append(
+            replace(
+                v,
+                gpus=gpus,
+                claimed_memory_bytes=v.claimed_memory_bytes + s.memory_bytes,
+                claimed_cores=v.claimed_cores + s.cpu_cores,
+            )
+        )
+    return out

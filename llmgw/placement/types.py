@@ -1,0 +1,245 @@
+"""Plain data the scheduler reads and writes.
+
+Nothing here touches the ORM or the network: the placement service turns a
+snapshot of the inventory into these views, so the scheduler can be
+property-tested, benchmarked and dry-run on a copy of the fleet.
+
+Units: memory is in bytes on nodes and in decimal gigabytes (10**9 bytes,
+the "GB" every message prints) on profiles, because operators write profiles
+and agents report bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+GB = 10**9
+
+READY = "Ready"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    index: int
+    uuid: str
+    gpu_class: str
+    memory_bytes: int | None = None
+    healthy: bool = True
+    # The agent's words for why (an ECC fault, a foreign process); shown in refusals.
+    unhealthy_reason: str = ""
+    allocated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    name: str
+    state: str = READY
+    cordoned: bool = False
+    cordon_reason: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    # None means the agent did not say (an old agent), never "has none".
+    cpus: int | None = None
+    memory_total_bytes: int | None = None
+    # What the node's existing allocations declared, not what they measure.
+    claimed_memory_bytes: int = 0
+    claimed_cores: int = 0
+    gpus: tuple[GpuView, ...] = ()
+    # Declared fabric name -> this node's adapters on it (mlx5_0, ...).
+    fabrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Sets of GPU indices joined by NVLink inside the node; empty = unknown.
+    nvlink_islands: tuple[frozenset[int], ...] = ()
+    # Models whose weights the node can already see (local or shared).
+    holds_weights: frozenset[str] = frozenset()
+    # Installed engines: "llama.cpp" (version unknown) or "llama.cpp@b11434".
+    engines: frozenset[str] = frozenset()
+    # False for an agent too old to report engines: it is not refused for them.
+    engines_probed: bool = False
+    # The agent's own words while it converges, e.g. "installing: downloading ...".
+    engine_status: str = ""
+    # Multi-node NVLink domain (ClusterUUID/clique). The inventory sets it only
+    # when every card is joined and IMEX is up; otherwise None.
+    nvlink_domain: str | None = None
+    # Fabric name -> leaf switch the node's adapters hang off, where mapped.
+    fabric_leaves: Mapping[str, str] = field(default_factory=dict)
+    # Fabrics on which a cable of this node trained below its kind's rate.
+    degraded_fabrics: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    priority: int = 0
+    # None: a CPU profile, which takes no GPU.
+    gpu_class: str | None = None
+    gpus_per_shard: int = 0
+    tensor_parallel: int = 1
+    nodes_per_replica: int = 1
+    # Capability filter against the node's total memory; 0 = no requirement.
+    min_memory_gb: float = 0
+    # Claim against the node's unclaimed memory; 0 = nobody said, claims nothing.
+    memory_gb: float = 0
+    # Reserved out of the node's CPUs and handed to the engine as its threads.
+    cpu_cores: int = 0
+    engine: str = "llama.cpp"
+    engine_version: str | None = None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    # Declared fabric for a multi-node replica; None lets placement pick one.
+    fabric: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpu_class is None and self.gpus_per_shard:
+            raise ValueError(f"profile {self.name}: GPUs per shard without a GPU class")
+        if self.gpu_class is not None and self.gpus_per_shard < 1:
+            raise ValueError(f"profile {self.name}: a GPU profile needs at least one GPU")
+        if self.nodes_per_replica < 1 or self.tensor_parallel < 1:
+            raise ValueError(f"profile {self.name}: nodes and tensor parallel start at 1")
+        if min(self.min_memory_gb, self.memory_gb, self.cpu_cores) < 0:
+            raise ValueError(f"profile {self.name}: memory and cores cannot be negative")
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gb * GB)
+
+    @property
+    def min_memory_bytes(self) -> int:
+        return int(self.min_memory_gb * GB)
+
+
+class Reason(StrEnum):
+    NOT_READY = "not_ready"
+    CORDONED = "cordoned"
+    SELECTOR = "node_selector"
+    ENGINE = "engine_missing"
+    MEMORY_TOTAL = "memory_too_small"
+    GPU_CLASS = "no_gpu_of_class"
+    MEMORY_CLAIMED = "memory_claimed"
+    CORES = "cpu_cores"
+    GPUS_FREE = "gpus_free"
+    NVLINK = "nvlink_island"
+    FABRIC = "no_fabric"
+    FABRIC_TOO_SMALL = "fabric_too_small"
+    NOT_PREFERRED = "not_preferred"
+
+    @property
+    def summary(self) -> str:
+        return _TITLES[self]
+
+
+_TITLES = {
+    Reason.NOT_READY: "not Ready",
+    Reason.CORDONED: "cordoned",
+    Reason.SELECTOR: "node selector does not match",
+    Reason.ENGINE: "engine not installed",
+    Reason.MEMORY_TOTAL: "too little memory",
+    Reason.GPU_CLASS: "no GPU of the class",
+    Reason.MEMORY_CLAIMED: "memory already claimed",
+    Reason.CORES: "CPU cores already reserved",
+    Reason.GPUS_FREE: "too few free GPUs",
+    Reason.NVLINK: "tensor-parallel group does not fit an NVLink island",
+    Reason.FABRIC: "not on the fabric",
+    Reason.FABRIC_TOO_SMALL: "fabric has too few nodes that fit",
+    Reason.NOT_PREFERRED: "fits, another node was preferred",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    node: str
+    reason_code: Reason
+    message: str
+    profile: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpu_uuids: tuple[str, ...]
+    # Only the replica's fabric's adapters; empty for a single-node replica.
+    adapters: tuple[str, ...]
+    cpu_cores: int
+    memory_bytes: int
+    holds_weights: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    model: str
+    profile: str
+    shards: tuple[Shard, ...]
+    # "ib-a" for a replica across an InfiniBand/RoCE fabric, "nvlink:<domain>"
+    # for one inside a multi-node NVLink domain, None for a single node.
+    fabric: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(s.node for s in self.shards)
+
+    @property
+    def threads(self) -> int | None:
+        # The engine's thread count is the reserved cores; None lets it choose.
+        cores = self.shards[0].cpu_cores if self.shards else 0
+        return cores or None
+
+
+# Computes one profile's rejections on demand; see Explanation.
+RejectionSource = Callable[[], tuple[Rejection, ...]]
+
+
+@dataclass(slots=True, weakref_slot=True, eq=False)
+class Explanation:
+    """Why every node was refused, per profile tried, highest priority first.
+
+    Not frozen: building thousands of messages per decision would cost more
+    than the decision, so the rejections are computed the first time they are
+    read. The scheduler forces that before it changes the inventory they were
+    judged against, so a late read still explains the state decided on.
+    """
+
+    model: str
+    # (profile name, priority, placed) in the order tried.
+    attempts: tuple[tuple[str, int, bool], ...]
+    _sources: list[RejectionSource] = field(repr=False)
+    _rejections: tuple[Rejection, ...] | None = field(default=None, repr=False)
+
+    @property
+    def rejections(self) -> tuple[Rejection, ...]:
+        self.materialize()
+        assert self._rejections is not None
+        return self._rejections
+
+    def materialize(self) -> None:
+        if self._rejections is None:
+            self._rejections = tuple(r for source in self._sources for r in source())
+            self._sources = []
+
+    def by_reason(self) -> dict[str, dict[Reason, list[Rejection]]]:
+        """Profile name -> reason -> rejections, in the order tried."""
+        grouped: dict[str, dict[Reason, list[Rejection]]] = {a[0]: {} for a in self.attempts}
+        for r in self.rejections:
+            grouped.setdefault(r.profile, {}).setdefault(r.reason_code, []).append(r)
+        return grouped
+
+    def render(self) -> str:
+        lines: list[str] = []
+        grouped = self.by_reason()
+        for name, priority, placed in self.attempts:
+            verdict = "placed" if placed else "does not fit"
+            lines.append(f"profile {name} (priority {priority}): {verdict}")
+            for reason, rejections in grouped.get(name, {}).items():
+                lines.append(f"  {reason.summary} ({len(rejections)} nodes, {reason.value}):")
+                lines.extend(f"    {r.message}" for r in rejections)
+        if not self.attempts:
+            lines.append("no profiles to place")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    model: str
+    # None when no profile fits; the explanation then says why, node by node.
+    decision: Decision | None
+    explanation: Explanation
