@@ -1,0 +1,209 @@
+"""agent.yaml: loaded strictly, so a misspelt key is an error naming it, not a silent default."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .collectors import REGISTRY
+
+
+class ConfigError(Exception):
+    """A bad agent.yaml; the message names the file, the line and the key."""
+
+
+@dataclass(frozen=True)
+class Fabric:
+    name: str
+    adapters: tuple[str, ...]
+    rate_gbps: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "adapters": list(self.adapters), "rate_gbps": self.rate_gbps}
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    server_url: str
+    node: str
+    credential_file: Path
+    join_token: str | None = None
+    join_token_file: Path | None = None
+    ca_file: Path | None = None
+    model_dirs: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    heartbeat_interval_s: float = 10.0
+    collectors: dict[str, bool] = field(default_factory=dict)
+    proc_root: Path = Path("/proc")
+    sys_root: Path = Path("/sys")
+    rootfs: Path = Path("/")
+    command_wrapper: tuple[str, ...] = ()
+    fabrics: tuple[Fabric, ...] = ()
+
+    def enabled(self, name: str) -> bool:
+        return self.collectors.get(name, True)
+
+    def read_join_token(self) -> str | None:
+        if self.join_token is not None:
+            return self.join_token
+        if self.join_token_file is not None:
+            return self.join_token_file.read_text(encoding="utf-8").strip() or None
+        return None
+
+
+TOP_KEYS = {
+    "server_url", "node", "credential_file", "join_token", "join_token_file", "ca_file",
+    "model_dirs", "labels", "heartbeat_interval_s", "collectors", "proc_root", "sys_root",
+    "rootfs", "command_wrapper", "fabrics",
+}  # fmt: skip
+REQUIRED = ("server_url", "credential_file")
+FABRIC_KEYS = {"name", "adapters", "rate_gbps"}
+
+
+class _Checker:
+    """Type checks that report `file:line: key: message` using the YAML node marks."""
+
+    def __init__(self, source: str, lines: dict[str, int]) -> None:
+        self.source, self.lines = source, lines
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        line = self.lines.get(key)
+        where = f"{self.source}:{line}" if line else self.source
+        return ConfigError(f"{where}: {key}: {message}")
+
+    def string(self, key: str, value: object) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def number(self, key: str, value: object) -> float:
+        # bool is an int to Python; `true` as an interval is a mistake, not 1 second.
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise self.fail(key, f"must be a positive number, got {value!r}")
+        return value  # kept as written: 10 stays 10 on the wire
+
+    def strings(self, key: str, value: object) -> tuple[str, ...]:
+        if not isinstance(value, list):
+            raise self.fail(key, f"must be a list of strings, got {value!r}")
+        return tuple(self.string(f"{key}[{i}]", v) for i, v in enumerate(value))
+
+    def mapping(self, key: str, value: object) -> dict[str, object]:
+        if not isinstance(value, dict):
+            raise self.fail(key, f"must be a mapping, got {value!r}")
+        return value
+
+    def path(self, key: str, value: object, base: Path) -> Path:
+        # Relative paths are taken from the config file's directory, not the unit's cwd.
+        return base / self.string(key, value)
+
+
+def _mark_lines(node: yaml.Node, prefix: str, out: dict[str, int], source: str) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                # PyYAML quietly keeps the last of two equal keys; the first is then a lie.
+                raise ConfigError(f"{source}:{line}: {key}: given twice")
+            seen.add(key)
+            out[key] = line
+            _mark_lines(value_node, key, out, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            key = f"{prefix}[{i}]"
+            out[key] = item.start_mark.line + 1
+            _mark_lines(item, key, out, source)
+
+
+def _fabric(c: _Checker, key: str, raw: object) -> Fabric:
+    item = c.mapping(key, raw)
+    for k in item:
+        if k not in FABRIC_KEYS:
+            raise c.fail(f"{key}.{k}", "unknown key")
+    if "name" not in item:
+        raise c.fail(key, "name is required")
+    rate = item.get("rate_gbps")
+    return Fabric(
+        name=c.string(f"{key}.name", item["name"]),
+        adapters=c.strings(f"{key}.adapters", item.get("adapters", [])),
+        rate_gbps=None if rate is None else c.number(f"{key}.rate_gbps", rate),
+    )
+
+
+def parse_config(text: str, source: str = "agent.yaml", base: Path | None = None) -> AgentConfig:
+    base = base if base is not None else Path.cwd()
+    lines: dict[str, int] = {}
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if root is not None:
+            _mark_lines(root, "", lines, source)
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+    c = _Checker(source, lines)
+    data = c.mapping("(top level)", raw if raw is not None else {})
+    for key in data:
+        if key not in TOP_KEYS:
+            raise c.fail(str(key), "unknown key")
+    for key in REQUIRED:
+        if key not in data:
+            raise ConfigError(f"{source}: {key}: required")
+    server_url = c.string("server_url", data["server_url"])
+    if not server_url.startswith(("http://", "https://")):
+        raise c.fail("server_url", f"must start with https:// or http://, got {server_url!r}")
+
+    labels = {
+        str(k): c.string(f"labels.{k}", v)
+        for k, v in c.mapping("labels", data.get("labels", {})).items()
+    }
+    collectors: dict[str, bool] = {}
+    for name, on in c.mapping("collectors", data.get("collectors", {})).items():
+        if name not in REGISTRY:
+            raise c.fail(f"collectors.{name}", f"unknown collector; known: {sorted(REGISTRY)}")
+        if not isinstance(on, bool):
+            raise c.fail(f"collectors.{name}", f"must be true or false, got {on!r}")
+        collectors[str(name)] = on
+    model_dirs = c.strings("model_dirs", data.get("model_dirs", []))
+    for i, d in enumerate(model_dirs):
+        if not d.startswith("/"):
+            raise c.fail(f"model_dirs[{i}]", f"must be an absolute path, got {d!r}")
+    fabrics_raw = data.get("fabrics", [])
+    if not isinstance(fabrics_raw, list):
+        raise c.fail("fabrics", "must be a list")
+
+    def opt_path(key: str) -> Path | None:
+        return c.path(key, data[key], base) if data.get(key) is not None else None
+
+    return AgentConfig(
+        server_url=server_url.rstrip("/"),
+        node=c.string("node", data["node"])
+        if "node" in data
+        else socket.gethostname().split(".")[0],
+        credential_file=c.path("credential_file", data["credential_file"], base),
+        join_token=c.string("join_token", data["join_token"]) if "join_token" in data else None,
+        join_token_file=opt_path("join_token_file"),
+        ca_file=opt_path("ca_file"),
+        model_dirs=model_dirs,
+        labels=labels,
+        heartbeat_interval_s=c.number("heartbeat_interval_s", data.get("heartbeat_interval_s", 10)),
+        collectors=collectors,
+        proc_root=c.path("proc_root", data.get("proc_root", "/proc"), base),
+        sys_root=c.path("sys_root", data.get("sys_root", "/sys"), base),
+        rootfs=c.path("rootfs", data.get("rootfs", "/"), base),
+        command_wrapper=c.strings("command_wrapper", data.get("command_wrapper", [])),
+        fabrics=tuple(_fabric(c, f"fabrics[{i}]", f) for i, f in enumerate(fabrics_raw)),
+    )
+
+
+def load_config(path: str | Path) -> AgentConfig:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    return parse_config(text, source=str(path), base=path.resolve().parent)
