@@ -131,9 +131,9 @@ def engine_refusal(n: NodeState, p: Profile) -> Refusal | None:
         p.engine_version is None or None in versions or p.engine_version in versions
     ):
         return None
-    has = ", ".join(sorted(v.engines)) or "none"
+    has = f"has engines {', '.join(sorted(v.engines))}" if v.engines else "has no engines"
     status = f" ({v.engine_status})" if v.engine_status else ""
-    return Reason.ENGINE, f"{v.name} has engines {has}, needs {wanted}{status}"
+    return Reason.ENGINE, f"{v.name} {has}, needs {wanted}{status}"
 
 
 def memory_refusal(n: NodeState, p: Profile) -> Refusal | None:

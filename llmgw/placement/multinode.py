@@ -40,6 +40,17 @@ def _domain_key(n: NodeState, model: str, cls: str | None) -> tuple[int, ...]:
     return (model not in n.view.holds_weights, -n.free_count(cls), n.ordinal)
 
 
+def _degraded(sel: list[Candidate], fabric: str) -> int:
+    return sum(fabric in c[0].view.degraded_fabrics for c in sel)
+
+
+def _score(keys: list[tuple[int, ...]]) -> tuple[object, ...]:
+    # Whole-set comparison: fewest nodes without the weights, then the most
+    # free GPUs in all, then node order. (Comparing the sorted keys one by one
+    # would let one good node carry a set of poor ones.)
+    return (sum(k[0] for k in keys), sum(k[1] for k in keys), tuple(sorted(k[2] for k in keys)))
+
+
 def _options(
     cands: list[Candidate], p: Profile, model: str
 ) -> tuple[list[tuple[tuple[object, ...], str, list[Candidate]]], dict[str, int]]:
@@ -60,8 +71,13 @@ def _options(
             if len(members) >= k:
                 members.sort(key=lambda c: _domain_key(c[0], model, cls))
                 sel = members[:k]
-                keys = tuple(_domain_key(c[0], model, cls) for c in sel)
-                options.append(((0, 0, keys, label), label, sel))
+                options.append(
+                    (
+                        (0, 0, 0, *_score([_domain_key(c[0], model, cls) for c in sel]), label),
+                        label,
+                        sel,
+                    )
+                )
         names = sorted({f for c in cands for f, a in c[0].view.fabrics.items() if a})
     else:
         names = [p.fabric]
@@ -80,11 +96,11 @@ def _options(
         for leaf_members in leaves.values():
             if len(leaf_members) >= k:
                 sel = leaf_members[:k]
-                keys = tuple(_fabric_key(c[0], f, model, cls) for c in sel)
-                options.append(((1, 0, keys, f), f, sel))
+                keys = [_fabric_key(c[0], f, model, cls)[1:] for c in sel]
+                options.append(((1, 0, _degraded(sel, f), *_score(keys), f), f, sel))
         sel = members[:k]
-        keys = tuple(_fabric_key(c[0], f, model, cls) for c in sel)
-        options.append(((1, 1, keys, f), f, sel))
+        keys = [_fabric_key(c[0], f, model, cls)[1:] for c in sel]
+        options.append(((1, 1, _degraded(sel, f), *_score(keys), f), f, sel))
     return options, sizes
 
 

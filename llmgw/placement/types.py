@@ -230,7 +230,8 @@ class Explanation:
             verdict = "placed" if placed else "does not fit"
             lines.append(f"profile {name} (priority {priority}): {verdict}")
             for reason, rejections in grouped.get(name, {}).items():
-                lines.append(f"  {reason.summary} ({len(rejections)} nodes, {reason.value}):")
+                count = f"{len(rejections)} node" + ("" if len(rejections) == 1 else "s")
+                lines.append(f"  {reason.summary} ({count}, {reason.value}):")
                 lines.extend(f"    {r.message}" for r in rejections)
         if not self.attempts:
             lines.append("no profiles to place")

@@ -1,0 +1,325 @@
+"""One test per placement rule the seed commits name, cited by commit."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmgw.placement.scheduler import Inventory, apply_to_views, headroom, place
+from llmgw.placement.types import GB, Reason
+
+from .helpers import cpu_node, cpu_profile, gpu_node, gpu_profile
+
+
+def reasons(placement, profile=None):  # type: ignore[no-untyped-def]
+    return {
+        r.node: (r.reason_code, r.message)
+        for r in placement.explanation.rejections
+        if profile is None or r.profile == profile
+    }
+
+
+# -- 06672d1b85: priority, hard constraints, packing, NVLink ---------------
+
+
+def test_highest_priority_profile_that_fits_keeps_its_rejections() -> None:
+    nodes = [gpu_node("a", 4), gpu_node("b", 4)]
+    big = gpu_profile("big", 8, 8, priority=10)
+    small = gpu_profile("small", 4, 4, priority=1)
+    result = place("m", [small, big], nodes)
+    assert result.decision is not None and result.decision.profile == "small"
+    assert [a[:2] for a in result.explanation.attempts] == [("big", 10), ("small", 1)]
+    big_reasons = reasons(result, "big")
+    assert big_reasons["a"][0] is Reason.GPUS_FREE
+    assert "has 4 free H100 GPUs of 4" in big_reasons["a"][1] and "needs 8" in big_reasons["a"][1]
+    assert "big" in result.explanation.by_reason()
+
+
+@pytest.mark.parametrize(
+    ("node", "code", "words"),
+    [
+        (gpu_node("n", state="NotReady"), Reason.NOT_READY, "is NotReady, needs Ready"),
+        (
+            gpu_node("n", cordoned=True, cordon_reason="ECC storm, RMA open"),
+            Reason.CORDONED,
+            "cordoned: ECC storm, RMA open",
+        ),
+        (gpu_node("n", 8, "A100"), Reason.GPU_CLASS, "has 0 H100 GPUs (8 A100), needs 1"),
+        (gpu_node("n", 2, allocated=(0, 1)), Reason.GPUS_FREE, "has 0 free H100 GPUs of 2"),
+        (
+            gpu_node("n", 1, unhealthy={0: "ECC uncorrected 3"}),
+            Reason.GPUS_FREE,
+            "GPU 0: ECC uncorrected 3",
+        ),
+    ],
+)
+def test_refusals_name_what_bit(node, code, words) -> None:  # type: ignore[no-untyped-def]
+    result = place("m", [gpu_profile()], [node])
+    assert result.decision is None
+    assert reasons(result)["n"][0] is code
+    assert words in reasons(result)["n"][1]
+
+
+def test_never_an_unhealthy_or_allocated_gpu() -> None:
+    node = gpu_node("a", 4, allocated=(0,), unhealthy={1: "foreign process"})
+    d = place("m", [gpu_profile(gpus=2)], [node]).decision
+    assert d is not None and d.shards[0].gpu_indices == (2, 3)
+
+
+def test_one_gpu_class_per_replica_on_a_mixed_node() -> None:
+    mixed = gpu_node("m", 4)
+    gpus = tuple(g if g.index < 2 else g.__class__(g.index, g.uuid, "A100") for g in mixed.gpus)
+    mixed = mixed.__class__(name="m", cpus=64, memory_total_bytes=512 * GB, gpus=gpus)
+    d = place("m", [gpu_profile(gpus=2, gpu_class="A100")], [mixed]).decision
+    assert d is not None and d.shards[0].gpu_indices == (2, 3)
+    assert place("m", [gpu_profile(gpus=3, gpu_class="A100")], [mixed]).decision is None
+
+
+def test_partly_used_nodes_fill_first() -> None:
+    nodes = [
+        gpu_node("whole"),
+        gpu_node("half", allocated=(0, 1, 2, 3)),
+        gpu_node("full", allocated=tuple(range(7))),
+    ]
+    result = place("m", [gpu_profile(gpus=2)], nodes)
+    assert result.decision is not None and result.decision.nodes == ("half",)
+    code, message = reasons(result)["whole"]
+    assert code is Reason.NOT_PREFERRED and "8 free" in message and "has 4 free" in message
+    assert reasons(result)["full"][0] is Reason.GPUS_FREE
+
+
+def test_multi_node_replicas_take_the_emptiest_machines() -> None:
+    fab = {"ib-a": ("mlx5_0", "mlx5_1")}
+    nodes = [
+        gpu_node("used", allocated=(0, 1), fabrics=fab),
+        gpu_node("e1", fabrics=fab),
+        gpu_node("e2", fabrics=fab),
+    ]
+    d = place("m", [gpu_profile(gpus=4, tp=4, nodes_per_replica=2)], nodes).decision
+    assert d is not None and set(d.nodes) == {"e1", "e2"} and d.fabric == "ib-a"
+    assert all(s.adapters == ("mlx5_0", "mlx5_1") for s in d.shards)
+
+
+def test_multi_node_never_mixes_fabrics_and_uses_only_that_fabrics_adapters() -> None:
+    nodes = [
+        gpu_node("a1", fabrics={"ib-a": ("mlx5_0",), "ib-b": ("mlx5_4",)}),
+        gpu_node("b1", fabrics={"ib-b": ("mlx5_4",)}),
+        gpu_node("c1", fabrics={"ib-c": ("mlx5_0",)}),
+        gpu_node("none"),
+    ]
+    p = gpu_profile(gpus=8, tp=8, nodes_per_replica=2)
+    result = place("m", [p], nodes)
+    d = result.decision
+    assert d is not None and set(d.nodes) == {"a1", "b1"} and d.fabric == "ib-b"
+    assert all(s.adapters == ("mlx5_4",) for s in d.shards)
+    assert reasons(result)["c1"][0] is Reason.FABRIC_TOO_SMALL
+    assert "ib-c has 1 nodes that fit, needs 2" in reasons(result)["c1"][1]
+    assert reasons(result)["none"][0] is Reason.FABRIC
+    declared = place("m", [gpu_profile(gpus=8, tp=8, nodes_per_replica=2, fabric="ib-a")], nodes)
+    assert declared.decision is None
+    assert "needs fabric ib-a" in reasons(declared)["b1"][1]
+
+
+def test_tensor_parallel_group_stays_in_one_nvlink_island() -> None:
+    islands = (frozenset({0, 1, 2, 3}), frozenset({4, 5, 6, 7}))
+    node = gpu_node("a", allocated=(0, 4, 5), nvlink_islands=islands)
+    d = place("m", [gpu_profile(gpus=2, tp=2)], [node]).decision
+    # Tightest island that takes the group: {6, 7}, keeping {1, 2, 3} whole.
+    assert d is not None and d.shards[0].gpu_indices == (6, 7)
+    d4 = place("m", [gpu_profile(gpus=4, tp=4)], [node]).decision
+    assert d4 is None
+    result = place("m", [gpu_profile(gpus=4, tp=4)], [node])
+    assert reasons(result)["a"][0] is Reason.NVLINK
+    assert (
+        "largest free NVLink island has 3, a tensor-parallel group needs 4"
+        in reasons(result)["a"][1]
+    )
+
+
+def test_without_topology_lowest_free_indices() -> None:
+    node = gpu_node("a", allocated=(0, 2))
+    d = place("m", [gpu_profile(gpus=4, tp=4)], [node]).decision
+    assert d is not None and d.shards[0].gpu_indices == (1, 3, 4, 5)
+
+
+# -- 3081c6f69b: memory capability and node_selector ----------------------
+
+
+def test_min_memory_names_both_numbers() -> None:
+    result = place("m", [cpu_profile(min_memory_gb=24)], [cpu_node("small", memory_gb=8)])
+    assert result.decision is None
+    assert reasons(result)["small"] == (
+        Reason.MEMORY_TOTAL,
+        "small has 8 GB of memory, needs 24 GB",
+    )
+
+
+def test_no_requirement_fits_anywhere_and_unknown_memory_is_a_candidate() -> None:
+    assert place("m", [cpu_profile()], [cpu_node("tiny", memory_gb=1)]).decision is not None
+    d = place(
+        "m", [cpu_profile(min_memory_gb=24, memory_gb=24)], [cpu_node("old", memory_gb=None)]
+    ).decision
+    assert d is not None and d.nodes == ("old",)
+
+
+def test_node_selector_names_the_label_and_what_the_node_has() -> None:
+    nodes = [
+        cpu_node("a", labels={"pool": "batch"}),
+        cpu_node("b"),
+        cpu_node("c", labels={"pool": "coding"}),
+    ]
+    result = place("m", [cpu_profile(node_selector={"pool": "coding"})], nodes)
+    assert result.decision is not None and result.decision.nodes == ("c",)
+    assert reasons(result)["a"] == (Reason.SELECTOR, "a has pool='batch', needs pool='coding'")
+    assert reasons(result)["b"] == (Reason.SELECTOR, "b has no label pool, needs pool='coding'")
+
+
+# -- 8fd4c1392d: declared memory claims -----------------------------------
+
+
+def test_a_claim_is_subtracted_before_comparing() -> None:
+    nodes = [cpu_node("n", memory_gb=31)]
+    p = cpu_profile(memory_gb=15)
+    first = place("m", [p], nodes).decision
+    assert first is not None
+    nodes = apply_to_views(nodes, first)
+    nodes = apply_to_views(nodes, place("m", [p], nodes).decision)  # type: ignore[arg-type]
+    result = place("m", [p], nodes)
+    assert result.decision is None
+    assert reasons(result)["n"] == (
+        Reason.MEMORY_CLAIMED,
+        "n has 1 GB of memory unclaimed (31 GB less 30 GB claimed), needs 15 GB",
+    )
+
+
+def test_a_claim_of_zero_claims_nothing() -> None:
+    inv = Inventory([cpu_node("n", memory_gb=1)])
+    for _ in range(50):
+        d = inv.decide("m", cpu_profile())
+        assert d is not None
+        inv.apply(d)
+
+
+# -- 990d82d801: CPU cores -------------------------------------------------
+
+
+def test_cores_are_reserved_and_become_threads() -> None:
+    inv = Inventory([cpu_node("n", cpus=16)])
+    p = cpu_profile(cpu_cores=6)
+    d = inv.place("m", [p]).decision
+    assert d is not None and d.threads == 6 and d.shards[0].cpu_cores == 6
+    inv.apply(d)
+    inv.apply(inv.place("m", [p]).decision)  # type: ignore[arg-type]
+    result = inv.place("m", [p])
+    assert result.decision is None
+    assert reasons(result)["n"] == (
+        Reason.CORES,
+        "n has 4 CPU cores unreserved (16 less 12 reserved), needs 6",
+    )
+
+
+def test_unknown_cpu_count_stays_a_candidate() -> None:
+    assert (
+        place("m", [cpu_profile(cpu_cores=64)], [cpu_node("old", cpus=None)]).decision is not None
+    )
+
+
+def test_cpu_models_keep_off_gpu_nodes_and_fill_used_nodes_first() -> None:
+    nodes = [gpu_node("g"), cpu_node("fresh"), cpu_node("used", **{"claimed_cores": 2})]
+    d = place("m", [cpu_profile(cpu_cores=2)], nodes).decision
+    assert d is not None and d.nodes == ("used",)
+
+
+# -- 7d97c6b74f: engines ---------------------------------------------------
+
+
+def test_engine_refusal_carries_the_nodes_own_words() -> None:
+    status = "installing: downloading llama-b11434-bin-ubuntu-x64.tar.gz (16 MB)"
+    nodes = [
+        cpu_node("new", engines_probed=True, engine_status=status),
+        cpu_node("old-agent"),
+        cpu_node("v1", engines_probed=True, engines=frozenset({"llama.cpp@b10991"})),
+    ]
+    result = place("m", [cpu_profile(engine="llama.cpp", engine_version="b11434")], nodes)
+    assert result.decision is not None and result.decision.nodes == ("old-agent",)
+    assert reasons(result)["new"] == (
+        Reason.ENGINE,
+        f"new has no engines, needs llama.cpp@b11434 ({status})",
+    )
+    assert "has engines llama.cpp@b10991, needs llama.cpp@b11434" in reasons(result)["v1"][1]
+
+
+# -- c13c567cc5: weights preferred, never required ------------------------
+
+
+def test_weights_are_preferred_never_required() -> None:
+    held = frozenset({"m"})
+    nodes = [gpu_node("half", allocated=(0, 1, 2, 3)), gpu_node("has", holds_weights=held)]
+    result = place("m", [gpu_profile(gpus=2)], nodes)
+    assert result.decision is not None and result.decision.nodes == ("has",)
+    assert result.decision.shards[0].holds_weights
+    assert "already holds the weights of m" in reasons(result)["half"][1]
+    full = [gpu_node("half", allocated=(0, 1, 2, 3)), gpu_node("has", 1, holds_weights=held)]
+    d = place("m", [gpu_profile(gpus=2)], full).decision
+    assert d is not None and d.nodes == ("half",)
+
+
+# -- 20479a2d5f and 5bbc619a31: multi-node domains, leaves, cables --------
+
+
+def test_a_multi_node_nvlink_domain_comes_before_infiniband() -> None:
+    fab = {"ib-a": ("mlx5_0",)}
+    nodes = [
+        gpu_node("ib1", fabrics=fab),
+        gpu_node("ib2", fabrics=fab),
+        gpu_node("nv1", fabrics=fab, nvlink_domain="clique-1"),
+        gpu_node("nv2", fabrics=fab, nvlink_domain="clique-1"),
+    ]
+    d = place("m", [gpu_profile(gpus=4, tp=8, nodes_per_replica=2)], nodes).decision
+    assert d is not None and set(d.nodes) == {"nv1", "nv2"}
+    assert d.fabric == "nvlink:clique-1" and d.env == {"NCCL_MNNVL_ENABLE": "1"}
+
+
+def test_one_leaf_together_and_short_trained_cables_last() -> None:
+    fab = {"ib-a": ("mlx5_0",)}
+    nodes = [
+        gpu_node("l1a", fabrics=fab, fabric_leaves={"ib-a": "leaf1"}),
+        gpu_node("l2a", fabrics=fab, fabric_leaves={"ib-a": "leaf2"}),
+        gpu_node("l2b", fabrics=fab, fabric_leaves={"ib-a": "leaf2"}),
+        gpu_node(
+            "l1b",
+            fabrics=fab,
+            fabric_leaves={"ib-a": "leaf1"},
+            degraded_fabrics=frozenset({"ib-a"}),
+        ),
+    ]
+    d = place("m", [gpu_profile(gpus=8, tp=8, nodes_per_replica=2)], nodes).decision
+    assert d is not None and d.nodes == ("l2a", "l2b")
+    nodes = [
+        gpu_node("bad", fabrics=fab, degraded_fabrics=frozenset({"ib-a"})),
+        gpu_node("x", fabrics=fab),
+        gpu_node("y", fabrics=fab),
+    ]
+    d = place("m", [gpu_profile(gpus=8, tp=8, nodes_per_replica=2)], nodes).decision
+    assert d is not None and set(d.nodes) == {"x", "y"}
+
+
+# -- d7f1c1d545: headroom by dry run ---------------------------------------
+
+
+def test_headroom_dry_runs_on_a_copy() -> None:
+    nodes = [gpu_node("a", allocated=(0,)), gpu_node("b", 4)]
+    profiles = [gpu_profile("one", 1), gpu_profile("four", 4, 4), gpu_profile("eight", 8, 8)]
+    assert headroom("m", profiles, nodes) == {"one": 11, "four": 2, "eight": 0}
+    inv = Inventory(nodes)
+    assert headroom("m", profiles, inv) == {"one": 11, "four": 2, "eight": 0}
+    assert inv.decide("m", gpu_profile("four", 4, 4)) is not None  # the copy took the claims
+
+
+def test_an_explanation_read_late_explains_the_state_decided_on() -> None:
+    inv = Inventory([gpu_node("a", 2), gpu_node("b", 2)])
+    first = inv.place("m", [gpu_profile(gpus=2)])
+    assert first.decision is not None
+    inv.apply(first.decision)
+    # Read only now: b was still an alternative when a was chosen.
+    assert reasons(first)["b"][0] is Reason.NOT_PREFERRED
+    assert "profile gpu (priority 0): placed" in first.explanation.render()
