@@ -4,7 +4,18 @@ from rest_framework.routers import SimpleRouter
 from llmgw.inventory.api import agent_views
 from llmgw.inventory.api.views import NodeViewSet
 
-router = SimpleRouter(trailing_slash="/?")
+
+
+class OptionalSlashRouter(SimpleRouter):
+    """/api/v1/nodes and /api/v1/nodes/ both work: a CLI user types either,
+    and a redirect would turn a POST into a GET."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trailing_slash = "/?"
+
+
+router = OptionalSlashRouter()
 router.register("nodes", NodeViewSet, basename="node")
 
 agent_urlpatterns = [

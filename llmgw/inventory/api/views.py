@@ -27,6 +27,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         return {**super().get_serializer_context(), "now": timezone.now()}
 
     def _changed(self, request: Request, name: str, change: object) -> Response:
+        self.get_object()  # 404 for a node that does not exist, before any change
         try:
             change()  # type: ignore[operator]
         except services.InventoryError as exc:

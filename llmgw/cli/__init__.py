@@ -1,0 +1,65 @@
+"""The `llmgw` command.
+
+`llmgw ctl ...` talks to the REST API only (a URL and a token), so it works
+from an operator's laptop. The other commands run beside the control plane
+and use its database directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
+    import django
+
+    django.setup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="llmgw", description="llmgw control plane")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("ctl", help="talk to the REST API (see `llmgw ctl --help`)", add_help=False)
+    node = sub.add_parser("node", help="add or revoke a node's identity")
+    node_sub = node.add_subparsers(dest="action", required=True)
+    node_sub.add_parser("add", help="create a node and print its one-time join token").add_argument("name")
+    node_sub.add_parser("revoke", help="revoke a node's credential").add_argument("name")
+    sim = sub.add_parser("simulate", help="run simulated agents against the control plane")
+    sim.add_argument("--nodes", type=int, default=12)
+    sim.add_argument("--server", default=os.environ.get("LLMGW_URL", "http://127.0.0.1:8000"))
+    sim.add_argument("--interval", type=float, default=10.0, help="heartbeat interval in seconds")
+    sim.add_argument("--prefix", default="sim")
+    sim.add_argument("--once", action="store_true", help="register and send one heartbeat each, then exit")
+    worker = sub.add_parser("worker", help="run the background worker and its schedule")
+    worker.add_argument("--concurrency", type=int, default=1)
+
+    if argv[:1] == ["ctl"]:
+        from llmgw.cli import ctl
+
+        return ctl.main(argv[1:])
+    args = parser.parse_args(argv)
+    if args.command == "node":
+        _django()
+        from llmgw.cli.server import node_command
+
+        return node_command(args.action, args.name)
+    if args.command == "simulate":
+        _django()
+        from llmgw.cli.simulate import run
+
+        return run(args.server, args.nodes, args.interval, args.prefix, args.once)
+    if args.command == "worker":
+        _django()
+        from llmgw.cli.server import worker_command
+
+        return worker_command(args.concurrency)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

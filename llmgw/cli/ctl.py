@@ -1,0 +1,210 @@
+"""`llmgw ctl`: the REST API from a terminal, anywhere.
+
+The URL and token come from LLMGW_URL and LLMGW_TOKEN, else from the
+config file (LLMGW_CONFIG, default ~/.config/llmgw/cli.yaml) with `url:`
+and `token:`. No Django here: this runs on an operator's laptop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+DASH = "-"
+
+
+class CtlError(Exception):
+    pass
+
+
+def config() -> tuple[str, str]:
+    url, token = os.environ.get("LLMGW_URL"), os.environ.get("LLMGW_TOKEN")
+    path = Path(os.environ.get("LLMGW_CONFIG", Path.home() / ".config" / "llmgw" / "cli.yaml"))
+    if (not url or not token) and path.exists():
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise CtlError(f"{path}: expected url: and token: keys")
+        url, token = url or data.get("url"), token or data.get("token")
+    if not url or not token:
+        raise CtlError(f"set LLMGW_URL and LLMGW_TOKEN, or write url: and token: to {path}")
+    return str(url).rstrip("/"), str(token)
+
+
+class Api:
+    def __init__(self, url: str, token: str) -> None:
+        self.client = httpx.Client(base_url=url, headers={"Authorization": f"Token {token}"}, timeout=30)
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            response = self.client.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise CtlError(f"cannot reach {self.client.base_url}: {exc}") from None
+        if response.status_code >= 400:
+            try:
+                detail = response.json()
+            except ValueError:
+                detail = response.text.strip()
+            raise CtlError(f"{method} {path}: HTTP {response.status_code}: {_words(detail)}")
+        return response.json()
+
+
+def _words(detail: Any) -> str:
+    if isinstance(detail, dict) and set(detail) == {"detail"}:
+        return str(detail["detail"])
+    return json.dumps(detail) if not isinstance(detail, str) else detail
+
+
+def human_bytes(value: int | None) -> str:
+    if value is None:
+        return DASH
+    size = float(value)
+    for unit in ("B", "K", "M", "G", "T", "P"):
+        if size < 1024 or unit == "P":
+            return f"{size:.0f}{unit}" if unit in ("B", "K") or size >= 100 else f"{size:.1f}{unit}"
+        size /= 1024
+    return DASH
+
+
+def free_of_total(disk: dict[str, int] | None) -> str:
+    if not disk:
+        return DASH
+    return f"{human_bytes(disk['free_bytes'])}/{human_bytes(disk['total_bytes'])}"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def node_row(node: dict[str, Any]) -> list[str]:
+    state = node["state"] + (",Cordoned" if node["cordoned"] else "")
+    gpus = node.get("gpus") or []
+    gpu_text = f"{len(gpus)}x{gpus[0]['gpu_class'] or '?'}" if gpus else DASH
+    labels = ",".join(f"{k}={v}" for k, v in sorted((node.get("labels") or {}).items())) or DASH
+    cpus = DASH if node.get("cpus") is None else str(node["cpus"])
+    return [node["name"], state, cpus, human_bytes(node.get("memory_total_bytes")),
+            free_of_total(node.get("disk_local")), gpu_text, labels]
+
+
+NODE_HEADERS = ["NAME", "STATE", "CPUS", "MEM", "DISK", "GPUS", "LABELS"]
+
+
+def cmd_nodes(api: Api, args: argparse.Namespace) -> str:
+    nodes = api.call("GET", "/api/v1/nodes")
+    if args.json:
+        return json.dumps(nodes, indent=2)
+    return table(NODE_HEADERS, [node_row(n) for n in nodes])
+
+
+def cmd_node(api: Api, args: argparse.Namespace) -> str:
+    node = api.call("GET", f"/api/v1/nodes/{args.name}")
+    if args.json:
+        return json.dumps(node, indent=2)
+    lines = [table(NODE_HEADERS, [node_row(node)]), ""]
+    if node["cordoned"]:
+        lines.append(f"cordoned by {node['cordoned_by']} at {node['cordoned_at']}: {node['cordon_reason']}")
+    lines.append(f"agent {node.get('agent_version') or DASH}, last heartbeat {node.get('last_heartbeat_at') or DASH}")
+    fs = node.get("filesystems") or []
+    if fs:
+        rows = [[f["mount"], f["fstype"], "shared" if f["shared"] else "local",
+                 f"{human_bytes(f['free_bytes'])}/{human_bytes(f['total_bytes'])}"] for f in fs]
+        lines += ["", table(["MOUNT", "TYPE", "KIND", "FREE/TOTAL"], rows)]
+    else:
+        lines.append("filesystems: - (not reported)")
+    return "\n".join(lines)
+
+
+def cmd_cordon(api: Api, args: argparse.Namespace) -> str:
+    node = api.call("POST", f"/api/v1/nodes/{args.name}/cordon", {"reason": args.reason or ""})
+    return f"{node['name']} cordoned: {node['cordon_reason']}"
+
+
+def cmd_uncordon(api: Api, args: argparse.Namespace) -> str:
+    node = api.call("POST", f"/api/v1/nodes/{args.name}/uncordon", {"reason": args.reason or ""})
+    return f"{node['name']} uncordoned"
+
+
+def cmd_label(api: Api, args: argparse.Namespace) -> str:
+    labels: dict[str, str | None] = {}
+    for item in args.labels:
+        if item.endswith("-") and "=" not in item:
+            labels[item[:-1]] = None
+        elif "=" in item:
+            key, value = item.split("=", 1)
+            labels[key] = value
+        else:
+            raise CtlError(f"{item!r}: write key=value to set a label, key- to remove it")
+    node = api.call("POST", f"/api/v1/nodes/{args.name}/labels", {"labels": labels})
+    return f"{node['name']}: " + ",".join(f"{k}={v}" for k, v in sorted(node["labels"].items()))
+
+
+def cmd_status(api: Api, args: argparse.Namespace) -> str:
+    nodes = api.call("GET", "/api/v1/nodes")
+    ready = sum(1 for n in nodes if n["state"] == "Ready")
+    cordoned = sum(1 for n in nodes if n["cordoned"])
+    gpus: dict[str, int] = {}
+    for n in nodes:
+        for g in n.get("gpus") or []:
+            gpus[g["gpu_class"] or "?"] = gpus.get(g["gpu_class"] or "?", 0) + 1
+    known_mem = [n["memory_total_bytes"] for n in nodes if n.get("memory_total_bytes") is not None]
+    lines = [
+        f"nodes     {len(nodes)} ({ready} Ready, {len(nodes) - ready} NotReady, {cordoned} cordoned)",
+        f"cpus      {sum(n['cpus'] for n in nodes if n.get('cpus') is not None)}"
+        + (f" ({sum(1 for n in nodes if n.get('cpus') is None)} nodes did not say)" if any(n.get('cpus') is None for n in nodes) else ""),
+        f"memory    {human_bytes(sum(known_mem)) if known_mem else DASH}",
+        "gpus      " + (", ".join(f"{count}x{cls}" for cls, count in sorted(gpus.items())) or DASH),
+    ]
+    holders: dict[str, set[str]] = {}
+    for n in nodes:
+        for h in n.get("holdings") or []:
+            holders.setdefault(h["model_name"], set()).add(n["name"])
+    if holders:
+        lines.append("weights   " + ", ".join(f"{m} on {len(ns)} node(s)" for m, ns in sorted(holders.items())))
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="llmgw ctl", description="llmgw REST API client")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("nodes", help="list nodes")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_nodes)
+    p = sub.add_parser("node", help="show one node")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_node)
+    p = sub.add_parser("cordon", help="stop placing on a node")
+    p.add_argument("name")
+    p.add_argument("--reason", required=True)
+    p.set_defaults(func=cmd_cordon)
+    p = sub.add_parser("uncordon", help="place on a node again")
+    p.add_argument("name")
+    p.add_argument("--reason", default="")
+    p.set_defaults(func=cmd_uncordon)
+    p = sub.add_parser("label", help="set (key=value) or remove (key-) operator labels")
+    p.add_argument("name")
+    p.add_argument("labels", nargs="+")
+    p.set_defaults(func=cmd_label)
+    p = sub.add_parser("status", help="the fleet in a few lines")
+    p.set_defaults(func=cmd_status)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        url, token = config()
+        print(args.func(Api(url, token), args))
+    except CtlError as exc:
+        print(f"llmgw ctl: {exc}", file=sys.stderr)
+        return 1
+    return 0

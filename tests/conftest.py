@@ -1,0 +1,63 @@
+"""Shared fixtures. The suite runs on PostgreSQL and Redis (`make test`
+sets DATABASE_URL and REDIS_URL); only tests/test_embedded.py proves the
+SQLite default, in a subprocess of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+def make_node(db: Any) -> Callable[..., tuple[Any, str]]:
+    """Create a node the way an operator does and join it the way an agent
+    does; returns (node, credential)."""
+    from llmgw.inventory import services
+    from llmgw.inventory.models import Node
+
+    def make(name: str = "node-a") -> tuple[Any, str]:
+        token = services.add_node(name, "test")
+        credential = services.join(name, token)
+        return Node.objects.get(name=name), credential
+
+    return make
+
+
+@pytest.fixture
+def agent_client(client: Any) -> Callable[[str], Any]:
+    """A Django test client that posts agent payloads with a credential."""
+
+    class AgentClient:
+        def __init__(self, credential: str) -> None:
+            self.credential = credential
+
+        def post(self, path: str, payload: Any, **extra: Any) -> Any:
+            import json
+
+            body = payload if isinstance(payload, (bytes, str)) else json.dumps(payload)
+            return client.post(
+                f"/api/agent/v1/{path}", body, content_type="application/json",
+                HTTP_AUTHORIZATION=f"Node {self.credential}", **extra,
+            )
+
+    return AgentClient
+
+
+@pytest.fixture
+def operator(db: Any) -> Any:
+    from django.contrib.auth.models import User
+
+    return User.objects.create_user("ops", password="a-long-test-password")
+
+
+@pytest.fixture
+def api(operator: Any) -> Any:
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=operator).key}")
+    return client
+
