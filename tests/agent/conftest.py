@@ -77,7 +77,9 @@ def control_plane() -> Iterator[ControlPlane]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     plane.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield plane

@@ -1,0 +1,204 @@
+"""The agent's side of docs/agent-protocol.md: join, register, heartbeat, and retrying them.
+
+Never logs the credential or the join token: they are sent only in headers and bodies,
+and no exception raised here carries either.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from . import SCHEMA, __version__
+
+log = logging.getLogger("llmgw_agent.client")
+
+JOIN, REGISTER, HEARTBEAT = (
+    "/api/agent/v1/join",
+    "/api/agent/v1/register",
+    "/api/agent/v1/heartbeat",
+)
+
+
+class TransientError(Exception):
+    """The server could not be reached or failed (connection, timeout, 5xx, 429): retry."""
+
+
+class AuthError(Exception):
+    """401/403: the credential was revoked or the node removed. Retry slowly, do not crash."""
+
+
+class RejectedError(Exception):
+    """Any other 4xx: this payload was refused and sending it again will not help."""
+
+    def __init__(self, status: int, detail: object) -> None:
+        super().__init__(f"refused with {status}: {detail}")
+        self.status, self.detail = status, detail
+
+
+def read_credential(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def write_credential(path: Path, credential: str) -> None:
+    """Write atomically with mode 0600 from the first byte: never briefly world-readable."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # O_CREAT's mode does not apply to a leftover tmp file
+        os.write(fd, credential.encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class Backoff:
+    """Exponential backoff with jitter, capped: a fleet coming back from one outage must
+    not hit the control plane in lockstep. Half of each delay is random, so it never
+    drops to zero."""
+
+    def __init__(
+        self, base: float = 1.0, cap: float = 60.0, rng: Callable[[], float] = random.random
+    ) -> None:
+        self.base, self.cap, self.rng = base, cap, rng
+        self.attempt = 0
+
+    def next(self) -> float:
+        # The exponent stops growing once past the cap: 2.0**2000 would overflow a float.
+        ceiling = min(self.cap, self.base * 2.0 ** min(self.attempt, 32))
+        self.attempt += 1
+        return ceiling / 2 + self.rng() * ceiling / 2
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class AgentClient:
+    def __init__(
+        self,
+        server_url: str,
+        *,
+        credential: str | None = None,
+        ca_file: Path | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.credential = credential
+        verify: str | bool = str(ca_file) if ca_file is not None else True
+        self._http = httpx.Client(
+            base_url=server_url.rstrip("/"),
+            timeout=timeout_s,
+            verify=verify,
+            headers={"User-Agent": f"llmgw-agent/{__version__}"},
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> AgentClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def post(self, path: str, payload: Mapping[str, Any], auth: bool = True) -> dict[str, Any]:
+        headers = {}
+        if auth:
+            if self.credential is None:
+                raise AuthError("no credential: join first")
+            headers["Authorization"] = f"Node {self.credential}"
+        try:
+            response = self._http.post(path, json=dict(payload), headers=headers)
+        except httpx.HTTPError as exc:  # connect, read, timeout, protocol errors
+            raise TransientError(f"POST {path}: {type(exc).__name__}: {exc}") from None
+        status = response.status_code
+        if status >= 500 or status == 429:
+            raise TransientError(f"POST {path}: server answered {status}")
+        if status in (401, 403):
+            raise AuthError(f"POST {path}: server answered {status}")
+        try:
+            body = response.json()
+        except ValueError:
+            body = response.text[:500]
+        if status >= 400:
+            errors = body.get("errors", body) if isinstance(body, dict) else body
+            raise RejectedError(status, errors)
+        if not isinstance(body, dict):
+            raise TransientError(f"POST {path}: answer is not a JSON object")
+        return body
+
+    def join(self, node: str, token: str, credential_file: Path) -> str:
+        answer = self.post(JOIN, {"schema": SCHEMA, "node": node, "token": token}, auth=False)
+        credential = answer.get("credential")
+        if answer.get("node") != node or not isinstance(credential, str):
+            raise RejectedError(200, f"join answer is for node {answer.get('node')!r}")
+        write_credential(credential_file, credential)
+        self.credential = credential
+        return credential
+
+    def register(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        return self.post(REGISTER, payload)
+
+    def heartbeat(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        return self.post(HEARTBEAT, payload)
+
+
+def send_latest(
+    send: Callable[[dict[str, Any]], dict[str, Any]],
+    build: Callable[[], dict[str, Any]],
+    *,
+    backoff: Backoff,
+    stop: threading.Event,
+    auth_retry_s: float = 60.0,
+    on_auth_error: Callable[[], None] | None = None,
+    max_attempts: int | None = None,
+    what: str = "request",
+) -> dict[str, Any] | None:
+    """Send until it is accepted, building the payload afresh for every attempt.
+
+    After an outage the server gets the node's state as it is now, not a queue of what
+    it was: a stale heartbeat replayed late would be read as current. Returns the answer,
+    or None when stopped, refused, or out of attempts; never raises for the network.
+    """
+    attempts = 0
+    while not stop.is_set():
+        attempts += 1
+        try:
+            answer = send(build())
+        except TransientError as exc:
+            delay = backoff.next()
+            log.warning("%s failed (%s); retrying in %.1f s", what, exc, delay)
+        except AuthError as exc:
+            # Slow and steady: nothing changes until an operator acts, and hammering the
+            # server with a revoked credential only fills its log.
+            delay = auth_retry_s
+            log.error(
+                "%s: credential refused (%s): revoked, or the node was removed; "
+                "retrying every %.0f s",
+                what,
+                exc,
+                delay,
+            )
+            if on_auth_error is not None:
+                on_auth_error()
+        except RejectedError as exc:
+            log.error("%s %s", what, exc)
+            return None
+        else:
+            backoff.reset()
+            return answer
+        if max_attempts is not None and attempts >= max_attempts:
+            return None
+        stop.wait(delay)
+    return None

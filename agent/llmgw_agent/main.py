@@ -1,0 +1,168 @@
+"""llmgw-agent: join once, register, then heartbeat until stopped."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import __version__
+from .client import (
+    AgentClient,
+    AuthError,
+    Backoff,
+    RejectedError,
+    TransientError,
+    read_credential,
+    send_latest,
+)
+from .collectors import Roots
+from .config import AgentConfig, ConfigError, load_config
+from .payload import collect_heartbeat, collect_registration, roots_for
+
+log = logging.getLogger("llmgw_agent")
+
+
+def ensure_credential(
+    config: AgentConfig, client: AgentClient, stop: threading.Event, once: bool
+) -> bool:
+    credential = read_credential(config.credential_file)
+    if credential is not None:
+        client.credential = credential
+        return True
+    try:
+        token = config.read_join_token()
+    except OSError as exc:
+        log.error("cannot read join_token_file %s: %s", config.join_token_file, exc.strerror)
+        return False
+    if token is None:
+        log.error(
+            "no credential in %s and no join_token to get one: run `llmgw node add %s` "
+            "on the control plane and put the token in join_token_file",
+            config.credential_file,
+            config.node,
+        )
+        return False
+    backoff = Backoff()
+    while not stop.is_set():
+        try:
+            client.join(config.node, token, config.credential_file)
+            log.info("joined as %s; credential stored in %s", config.node, config.credential_file)
+            return True
+        except TransientError as exc:
+            if once:
+                log.error("join failed: %s", exc)
+                return False
+            delay = backoff.next()
+            log.warning("join failed (%s); retrying in %.1f s", exc, delay)
+            stop.wait(delay)
+        except (AuthError, RejectedError) as exc:
+            # A token works once and expires after a day; retrying it cannot help.
+            log.error("join refused (%s): the token is used, expired or wrong", exc)
+            return False
+    return False
+
+
+def run(
+    config: AgentConfig,
+    *,
+    once: bool = False,
+    client: AgentClient | None = None,
+    roots: Roots | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """The agent's life. Returns the exit status; transient failures never end it."""
+    stop = stop if stop is not None else threading.Event()
+    roots = roots if roots is not None else roots_for(config)
+    own_client = client is None
+    client = client or AgentClient(config.server_url, ca_file=config.ca_file)
+    backoff = Backoff(cap=min(60.0, max(config.heartbeat_interval_s * 6, 1.0)))
+
+    def reload_credential() -> None:
+        # An operator who re-joins the node rewrites the file; pick it up without a restart.
+        client.credential = read_credential(config.credential_file) or client.credential
+
+    def send(
+        fn: Callable[[dict[str, Any]], dict[str, Any]],
+        build: Callable[[], dict[str, Any]],
+        what: str,
+    ) -> dict[str, Any] | None:
+        return send_latest(
+            fn,
+            build,
+            backoff=backoff,
+            stop=stop,
+            on_auth_error=reload_credential,
+            max_attempts=1 if once else None,
+            what=what,
+        )
+
+    try:
+        if not ensure_credential(config, client, stop, once):
+            return 2
+        registered = send(client.register, lambda: collect_registration(config, roots), "register")
+        while not stop.is_set():
+            started = time.monotonic()
+            answer = send(client.heartbeat, lambda: collect_heartbeat(config, roots), "heartbeat")
+            if answer is not None and answer.get("register"):
+                log.info("control plane asked for registration again")
+                registered = send(
+                    client.register, lambda: collect_registration(config, roots), "register"
+                )
+            if once:
+                return 0 if registered is not None and answer is not None else 1
+            stop.wait(max(0.0, config.heartbeat_interval_s - (time.monotonic() - started)))
+        return 0
+    finally:
+        if own_client:
+            client.close()
+
+
+def print_payloads(config: AgentConfig) -> int:
+    roots = roots_for(config)
+    out = {
+        "register": collect_registration(config, roots),
+        "heartbeat": collect_heartbeat(config, roots),
+    }
+    json.dump(out, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="llmgw-agent", description=__doc__)
+    parser.add_argument("--config", default="/etc/llmgw-agent/agent.yaml")
+    parser.add_argument("--once", action="store_true", help="register, heartbeat once, exit")
+    parser.add_argument(
+        "--print", action="store_true", help="print the payloads; contact no server"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--version", action="version", version=__version__)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # httpx logs every request at INFO; a heartbeat every 10 s would drown the journal.
+    logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"llmgw-agent: {exc}", file=sys.stderr)
+        return 2
+    if args.print:
+        return print_payloads(config)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return run(config, once=args.once, stop=stop)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
