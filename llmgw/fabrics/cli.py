@@ -1,0 +1,122 @@
+"""``llmgw fabric analyze FILE [--json]``: read an ibnetdiscover dump, say what it shows.
+
+``analyze_main`` takes the arguments after ``analyze`` and returns an exit
+status: 0 when the dump was read (whatever it found), 1 when it could not be
+read or parsed, 2 for a usage error. FILE ``-`` reads standard input.
+Until the ``llmgw`` command wires it in: ``python -m llmgw.fabrics.cli analyze FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from typing import Any
+
+from .ibnetdiscover import ParseError, parse
+from .topology import analyze
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="llmgw fabric analyze",
+        description="Map an InfiniBand fabric from `ibnetdiscover` (or `ibnetdiscover -p`) output: "
+        "switch tiers, adapters, cables trained below their kind's rate, misaligned rails.",
+    )
+    p.add_argument("file", metavar="FILE", help="ibnetdiscover output, or - for stdin")
+    p.add_argument("--json", action="store_true", help="print the whole map as JSON")
+    return p
+
+
+def _label(end: dict[str, Any]) -> str:
+    return f"{end['description'] or end['guid']} [{end['port']}]"
+
+
+def render(result: dict[str, Any]) -> str:
+    """The human-readable summary of :func:`~llmgw.fabrics.topology.analyze`'s dict."""
+    s = result["summary"]
+    out: list[str] = []
+    out.append(
+        f"switches: {s['switches']} (leaf {s['leaf']}, spine {s['spine']}, core {s['core']}"
+        + (f", {s['unknown_tier']} reaching no adapter" if s["unknown_tier"] else "")
+        + ")"
+    )
+    out.append(
+        f"adapters: {s['adapters']} ({s['host_adapters']} host, "
+        f"{s['aggregation_nodes']} SHARP aggregation nodes"
+        + (f", {s['routers']} routers" if s["routers"] else "")
+        + ")"
+    )
+    nodes = Counter(a["node"] for a in result["adapters"] if a["node"])
+    unnamed = sum(1 for a in result["adapters"] if a["role"] == "adapter" and not a["node"])
+    out.append(
+        f"nodes: {len(nodes)}"
+        + (f"; {unnamed} adapters without a node description" if unnamed else "")
+    )
+    out.append(f"links: {s['links']}")
+    for kind, exp in result["expected_rates"].items():
+        out.append(f"  {kind}: {exp['rate_text']} ({exp['rate']} Gb/s)")
+    out.append(f"degraded links: {s['degraded_links']}")
+    for d in result["degraded_links"]:
+        out.append(
+            f"  {_label(d['a'])} - {_label(d['b'])}: {d['rate_text']} ({d['rate']} Gb/s), "
+            f"{d['kind']} links run at {d['expected_rate_text']} ({d['expected_rate']} Gb/s)"
+        )
+    if not s["rail_optimised"]:
+        out.append(
+            f"rails: not rail-optimised ({s['rail_aligned_share']:.0%} of adapters on a leaf "
+            "of their own device); misalignment not judged"
+        )
+    else:
+        out.append(f"misaligned rails: {s['misaligned_rails']}")
+        desc = {sw["guid"]: sw["description"] for sw in result["switches"]}
+        for m in result["rail_misalignment"]:
+            expected = ", ".join(desc.get(g, g) for g in m["expected_leaf_guids"]) or "none"
+            out.append(
+                f"  {m['node']} {m['device']}: on {desc.get(m['leaf_guid'], m['leaf_guid'])} "
+                f"(a {m['leaf_carries']} leaf); expected {expected}"
+            )
+    for w in result["warnings"]:
+        out.append(f"warning: {w}")
+    return "\n".join(out)
+
+
+def analyze_main(argv: list[str]) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # argparse exits on --help and on errors
+        return int(e.code) if isinstance(e.code, int) else 2
+    try:
+        if args.file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(args.file, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+    except OSError as e:
+        print(f"llmgw fabric analyze: {e}", file=sys.stderr)
+        return 1
+    try:
+        result = analyze(parse(text))
+    except ParseError as e:
+        print(f"llmgw fabric analyze: {args.file}:{e.line_no}: {e.reason}", file=sys.stderr)
+        print(f"  {e.line.rstrip()}", file=sys.stderr)
+        return 1
+    if args.json:
+        json.dump(result, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(render(result))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] != "analyze":
+        print("usage: python -m llmgw.fabrics.cli analyze FILE [--json]", file=sys.stderr)
+        return 2
+    return analyze_main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

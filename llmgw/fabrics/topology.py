@@ -1,0 +1,366 @@
+"""Work out what a discovered InfiniBand fabric is: tiers, owners, bad cables, rails.
+
+Input is a :class:`~llmgw.fabrics.ibnetdiscover.Fabric`; output is a plain,
+JSON-ready dict (see :func:`analyze`). Every step is linear in nodes + links.
+
+* **Tiers.** A *leaf* is a switch with a host adapter on it; *spine* is one
+  switch hop from the nearest leaf, *core* two or more (breadth-first from all
+  leaves at once). SHARP aggregation nodes are ``Ca`` records too, and every
+  Quantum switch has one, spines included: they are recognised (same
+  ``sysimgguid`` as their switch, or their description) and do not make a
+  switch a leaf. A switch no leaf reaches (only seen in partial dumps, e.g. a
+  ports report's unconnected lines) has tier ``unknown`` and ``hops: None``.
+* **Owners.** ``"host mlx5_3"`` is device ``mlx5_3`` of node ``host``. A
+  vendor default (``"MT4129 ConnectX7   Mellanox Technologies"``: the node
+  never set its description) has no node and no device; a single word is a
+  node whose device is unknown.
+* **Degraded links.** Links are grouped by kind (``adapter-leaf``,
+  ``leaf-spine``, ``spine-core``, ...); the rate most links of a kind run at
+  is what that kind is expected to run at, and a link below it trained short.
+* **Rails.** In a rail-optimised fabric every node's ``mlx5_N`` goes to the
+  leaf (group) of rail N. A leaf belongs to the device most of its adapters
+  are; an adapter on a leaf that belongs to another device is misaligned. A
+  fabric where fewer than :data:`RAIL_OPTIMISED_SHARE` of adapters sit on a
+  leaf of their own device is not rail-optimised (e.g. one leaf per rack), and
+  then nothing is reported as misaligned.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, deque
+from typing import Any
+
+from .ibnetdiscover import Fabric, Link, Node, Rate
+
+TIER_RANK = {
+    "adapter": 0,
+    "aggregation": 0,
+    "router": 0,
+    "leaf": 1,
+    "spine": 2,
+    "core": 3,
+    "unknown": 4,
+}
+RAIL_OPTIMISED_SHARE = 0.75
+
+_DEVICE = re.compile(r"[A-Za-z][A-Za-z0-9]*?(?:[_-]?)(\d+)\Z")
+_VENDOR_DEFAULT = re.compile(
+    r"(?i)mellanox technologies|nvidia technologies|aggregation node|\AMT\d{4,}\b|\bconnectx"
+)
+
+
+def split_description(desc: str) -> tuple[str | None, str | None]:
+    """``"host mlx5_3"`` -> ``("host", "mlx5_3")``; vendor defaults -> ``(None, None)``."""
+    desc = desc.strip()
+    if not desc or _VENDOR_DEFAULT.search(desc):
+        return None, None
+    parts = desc.split()
+    if len(parts) == 1:
+        return parts[0], None
+    if len(parts) == 2 and _DEVICE.match(parts[1]):
+        return parts[0], parts[1]
+    return None, None
+
+
+def device_number(device: str | None) -> int | None:
+    if device is None:
+        return None
+    m = _DEVICE.match(device)
+    return int(m.group(1)) if m else None
+
+
+def _num(x: float | None) -> int | float | None:
+    """400.0 -> 400 (JSON reads better); 2.5 stays 2.5."""
+    if x is None:
+        return None
+    return int(x) if x == int(x) else x
+
+
+def _is_aggregation(node: Node, switch_sysimg: set[str]) -> bool:
+    if node.sysimgguid is not None and node.sysimgguid in switch_sysimg:
+        return True
+    return "aggregation node" in node.description.lower()
+
+
+def analyze(fabric: Fabric) -> dict[str, Any]:
+    """The fabric map as a dict of lists (see module docstring)."""
+    nodes = fabric.nodes
+    switches = [n for n in nodes.values() if n.kind == "switch"]
+    switch_sysimg = {n.sysimgguid or n.guid for n in switches} | {n.guid for n in switches}
+
+    # role of every non-switch node: adapter | aggregation | router
+    role: dict[str, str] = {}
+    for n in nodes.values():
+        if n.kind == "switch":
+            continue
+        if n.kind == "router":
+            role[n.guid] = "router"
+        elif _is_aggregation(n, switch_sysimg):
+            role[n.guid] = "aggregation"
+        else:
+            role[n.guid] = "adapter"
+
+    # adjacency, one pass over links
+    sw_adj: dict[str, list[str]] = {n.guid: [] for n in switches}
+    ports_of: dict[str, list[tuple[int, str, int, Link]]] = {}
+    leaves: set[str] = set()
+    for link in fabric.links:
+        a, b = link.a.guid, link.b.guid
+        ka, kb = nodes[a].kind, nodes[b].kind
+        if ka == "switch" and kb == "switch":
+            if a != b:
+                sw_adj[a].append(b)
+                sw_adj[b].append(a)
+            continue
+        for mine, other in ((link.a, link.b), (link.b, link.a)):
+            if nodes[mine.guid].kind != "switch":
+                lst = ports_of.get(mine.guid)
+                if lst is None:
+                    lst = ports_of[mine.guid] = []
+                lst.append((mine.port, other.guid, other.port, link))
+                if role[mine.guid] == "adapter" and nodes[other.guid].kind == "switch":
+                    leaves.add(other.guid)
+
+    # tiers: multi-source BFS from the leaves over switch-switch links
+    hops: dict[str, int] = {g: 0 for g in leaves}
+    queue = deque(leaves)
+    while queue:
+        g = queue.popleft()
+        d = hops[g] + 1
+        for h in sw_adj[g]:
+            if h not in hops:
+                hops[h] = d
+                queue.append(h)
+
+    def tier_of(guid: str) -> str:
+        if nodes[guid].kind != "switch":
+            return role[guid]
+        h = hops.get(guid)
+        if h == 0:
+            return "leaf"
+        if h == 1:
+            return "spine"
+        if h is None:
+            return "unknown"
+        return "core"
+
+    tier = {n.guid: tier_of(n.guid) for n in switches}
+
+    # links, their kinds, and the expected rate per kind
+    rate_info: dict[Rate | None, tuple[int | float | None, str | None]] = {None: (None, None)}
+    link_rows: list[dict[str, Any]] = []
+    by_kind: dict[str, Counter[int | float]] = {}
+    rate_text: dict[tuple[str, int | float], Counter[str]] = {}
+    level = {g: TIER_RANK[t] for g, t in tier.items()}
+    level.update((g, 0) for g in role)
+    for link in fabric.links:
+        ea, eb = link.a, link.b
+        la, lb = level[ea.guid], level[eb.guid]
+        if lb < la or (lb == la and eb.guid < ea.guid):
+            ea, eb = eb, ea
+        ta = tier.get(ea.guid) or role[ea.guid]
+        tb = tier.get(eb.guid) or role[eb.guid]
+        kind = f"{ta}-{tb}"
+        info = rate_info.get(link.rate)
+        if info is None:
+            assert link.rate is not None
+            info = rate_info[link.rate] = (_num(link.rate.gbps), link.rate.text)
+        gbps, text = info
+        na, nb = nodes[ea.guid], nodes[eb.guid]
+        end_a = {
+            "guid": ea.guid,
+            "port": ea.port,
+            "port_guid": na.port_guids.get(ea.port, ea.guid),
+            "description": na.description,
+        }
+        end_b = {
+            "guid": eb.guid,
+            "port": eb.port,
+            "port_guid": nb.port_guids.get(eb.port, eb.guid),
+            "description": nb.description,
+        }
+        link_rows.append({"a": end_a, "b": end_b, "kind": kind, "rate": gbps, "rate_text": text})
+        if gbps is not None and text is not None:
+            counts = by_kind.get(kind)
+            if counts is None:
+                counts = by_kind[kind] = Counter()
+            counts[gbps] += 1
+            texts = rate_text.get((kind, gbps))
+            if texts is None:
+                texts = rate_text[(kind, gbps)] = Counter()
+            texts[text] += 1
+
+    expected: dict[str, int | float] = {}
+    for kind, counts in by_kind.items():
+        # most common; a tie goes to the faster rate (the slower is the odd one out)
+        expected[kind] = max(counts.items(), key=lambda kv: (kv[1], kv[0]))[0]
+
+    degraded: list[dict[str, Any]] = []
+    for row in link_rows:
+        exp = expected.get(row["kind"])
+        if row["rate"] is None or exp is None or row["rate"] >= exp:
+            continue
+        degraded.append(
+            {
+                "a": row["a"],
+                "b": row["b"],
+                "kind": row["kind"],
+                "rate": row["rate"],
+                "rate_text": row["rate_text"],
+                "expected_rate": exp,
+                "expected_rate_text": rate_text[(row["kind"], exp)].most_common(1)[0][0],
+            }
+        )
+
+    # adapters
+    adapters: list[dict[str, Any]] = []
+    for n in nodes.values():
+        if n.kind == "switch":
+            continue
+        node_name, device = split_description(n.description)
+        ports = sorted(ports_of.get(n.guid, []), key=lambda p: p[0])
+        leaf = next((p for p in ports if nodes[p[1]].kind == "switch"), None)
+        rate: Rate | None = leaf[3].rate if leaf else (ports[0][3].rate if ports else None)
+        adapters.append(
+            {
+                "guid": n.guid,
+                "port_guids": {str(k): v for k, v in sorted(n.port_guids.items())},
+                "description": n.description,
+                "role": role[n.guid],
+                "node": node_name,
+                "device": device,
+                "device_number": device_number(device),
+                "lid": n.lid,
+                "leaf_guid": leaf[1] if leaf else None,
+                "leaf_port": leaf[2] if leaf else None,
+                "rate": rate_info[rate][0],
+                "rate_text": rate_info[rate][1],
+                "ports": [
+                    {
+                        "port": p,
+                        "peer_guid": g,
+                        "peer_port": pp,
+                        "rate": rate_info[lk.rate][0],
+                        "rate_text": rate_info[lk.rate][1],
+                    }
+                    for p, g, pp, lk in ports
+                ],
+            }
+        )
+    adapters.sort(
+        key=lambda a: (a["node"] or "~", a["device_number"] or 0, a["device"] or "", a["guid"])
+    )
+
+    rails = _rails(adapters)
+
+    # switches
+    attached: Counter[str] = Counter()
+    for ad in adapters:
+        if ad["role"] == "adapter" and ad["leaf_guid"] is not None:
+            attached[ad["leaf_guid"]] += 1
+    degree: Counter[str] = Counter()
+    for link in fabric.links:
+        degree[link.a.guid] += 1
+        degree[link.b.guid] += 1
+    switch_rows = [
+        {
+            "guid": n.guid,
+            "description": n.description,
+            "tier": tier[n.guid],
+            "hops": hops.get(n.guid),
+            "ports": n.nports,
+            "connected_ports": degree[n.guid],
+            "adapters": attached[n.guid],
+            "lid": n.lid,
+            "rail": rails["leaf_rail"].get(n.guid),
+        }
+        for n in switches
+    ]
+    switch_rows.sort(key=lambda s: (TIER_RANK[s["tier"]], s["description"], s["guid"]))
+
+    tiers = Counter(tier.values())
+    roles = Counter(role.values())
+    return {
+        "format": fabric.format,
+        "initiated_from": fabric.initiated_from,
+        "summary": {
+            "switches": len(switches),
+            "leaf": tiers.get("leaf", 0),
+            "spine": tiers.get("spine", 0),
+            "core": tiers.get("core", 0),
+            "unknown_tier": tiers.get("unknown", 0),
+            "adapters": len(adapters),
+            "host_adapters": roles.get("adapter", 0),
+            "aggregation_nodes": roles.get("aggregation", 0),
+            "routers": roles.get("router", 0),
+            "links": len(link_rows),
+            "degraded_links": len(degraded),
+            "rail_optimised": rails["optimised"],
+            "rail_aligned_share": rails["aligned_share"],
+            "misaligned_rails": len(rails["misaligned"]),
+        },
+        "expected_rates": {
+            k: {"rate": v, "rate_text": rate_text[(k, v)].most_common(1)[0][0]}
+            for k, v in sorted(expected.items())
+        },
+        "switches": switch_rows,
+        "adapters": adapters,
+        "links": link_rows,
+        "degraded_links": degraded,
+        "rail_misalignment": rails["misaligned"],
+        "warnings": list(fabric.warnings),
+    }
+
+
+def _rails(adapters: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which leaf carries which device, and which adapters sit on another's leaf."""
+    on_leaf: dict[str, Counter[str]] = {}
+    for a in adapters:
+        if a["role"] == "adapter" and a["device"] and a["node"] and a["leaf_guid"]:
+            c = on_leaf.get(a["leaf_guid"])
+            if c is None:
+                c = on_leaf[a["leaf_guid"]] = Counter()
+            c[a["device"]] += 1
+    # a leaf belongs to its most common device; a tie has no owner (cannot tell)
+    owner: dict[str, str] = {}
+    for leaf, counts in on_leaf.items():
+        top = counts.most_common(2)
+        if len(top) == 1 or top[0][1] > top[1][1]:
+            owner[leaf] = top[0][0]
+    leaves_of: dict[str, list[str]] = {}
+    for leaf, dev in owner.items():
+        leaves_of.setdefault(dev, []).append(leaf)
+    for v in leaves_of.values():
+        v.sort()
+
+    placed = aligned = 0
+    candidates: list[dict[str, Any]] = []
+    for a in adapters:
+        if not (a["role"] == "adapter" and a["device"] and a["node"] and a["leaf_guid"]):
+            continue
+        leaf_owner = owner.get(a["leaf_guid"])
+        if leaf_owner is None:
+            continue
+        placed += 1
+        if leaf_owner == a["device"]:
+            aligned += 1
+            continue
+        candidates.append(
+            {
+                "node": a["node"],
+                "device": a["device"],
+                "adapter_guid": a["guid"],
+                "leaf_guid": a["leaf_guid"],
+                "leaf_carries": leaf_owner,
+                "expected_leaf_guids": leaves_of.get(a["device"], []),
+            }
+        )
+    share = aligned / placed if placed else 1.0
+    optimised = placed > 0 and share >= RAIL_OPTIMISED_SHARE
+    return {
+        "optimised": optimised,
+        "aligned_share": round(share, 4),
+        "misaligned": candidates if optimised else [],
+        "leaf_rail": owner if optimised else {},
+    }
