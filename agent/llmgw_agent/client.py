@@ -125,12 +125,14 @@ class AgentClient:
         status = response.status_code
         if status >= 500 or status == 429:
             raise TransientError(f"POST {path}: server answered {status}")
-        if status in (401, 403):
-            raise AuthError(f"POST {path}: server answered {status}")
         try:
             body = response.json()
         except ValueError:
             body = response.text[:500]
+        if status in (401, 403):
+            # The server's reason ("token expired") is safe to show; it never echoes secrets.
+            reason = body.get("errors", body) if isinstance(body, dict) else body
+            raise AuthError(f"POST {path}: server answered {status}: {reason}")
         if status >= 400:
             errors = body.get("errors", body) if isinstance(body, dict) else body
             raise RejectedError(status, errors)

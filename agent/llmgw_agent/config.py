@@ -36,7 +36,8 @@ class AgentConfig:
     ca_file: Path | None = None
     model_dirs: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
-    heartbeat_interval_s: float = 10.0
+    # A float only so tests can run the loop faster than agent.yaml allows.
+    heartbeat_interval_s: float = 10
     collectors: dict[str, bool] = field(default_factory=dict)
     proc_root: Path = Path("/proc")
     sys_root: Path = Path("/sys")
@@ -85,6 +86,12 @@ class _Checker:
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise self.fail(key, f"must be a positive number, got {value!r}")
         return value  # kept as written: 10 stays 10 on the wire
+
+    def interval(self, value: object) -> int:
+        # Whole seconds, 1 to 3600: the range the control plane accepts at registration.
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 3600:
+            raise self.fail("heartbeat_interval_s", f"must be whole seconds, 1-3600, got {value!r}")
+        return value
 
     def strings(self, key: str, value: object) -> tuple[str, ...]:
         if not isinstance(value, list):
@@ -190,7 +197,7 @@ def parse_config(text: str, source: str = "agent.yaml", base: Path | None = None
         ca_file=opt_path("ca_file"),
         model_dirs=model_dirs,
         labels=labels,
-        heartbeat_interval_s=c.number("heartbeat_interval_s", data.get("heartbeat_interval_s", 10)),
+        heartbeat_interval_s=c.interval(data.get("heartbeat_interval_s", 10)),
         collectors=collectors,
         proc_root=c.path("proc_root", data.get("proc_root", "/proc"), base),
         sys_root=c.path("sys_root", data.get("sys_root", "/sys"), base),

@@ -39,7 +39,7 @@ def build_registration(
     features: Sequence[str] = ("heartbeat", *OPTIONAL_FEATURES),
     probed: bool = True,
     simulated: bool = False,
-    heartbeat_interval_s: float = 10.0,
+    heartbeat_interval_s: int = 10,
     gpus: Sequence[Mapping[str, Any]] | None = None,
     fabrics: Sequence[Mapping[str, Any]] | None = None,
     agent_version: str = __version__,
@@ -105,7 +105,7 @@ def collect_registration(config: AgentConfig, roots: Roots) -> dict[str, Any]:
         system=data.get("system"),
         labels=config.labels,
         features=features_for(config.collectors),
-        heartbeat_interval_s=config.heartbeat_interval_s,
+        heartbeat_interval_s=max(1, round(config.heartbeat_interval_s)),
         fabrics=[f.as_dict() for f in config.fabrics],
     )
 

@@ -47,6 +47,8 @@ def test_unknown_key_is_named_with_its_line() -> None:
         ("heartbeat_interval_s: ten\n", "heartbeat_interval_s"),
         ("heartbeat_interval_s: true\n", "heartbeat_interval_s"),
         ("heartbeat_interval_s: 0\n", "heartbeat_interval_s"),
+        ("heartbeat_interval_s: 2.5\n", "heartbeat_interval_s"),
+        ("heartbeat_interval_s: 7200\n", "heartbeat_interval_s"),
         ("model_dirs: /data\n", "model_dirs"),
         ("model_dirs: [data/models]\n", "model_dirs[0]"),
         ("labels: {llmgw.io/rack: 12}\n", "labels.llmgw.io/rack"),

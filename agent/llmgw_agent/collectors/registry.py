@@ -119,7 +119,8 @@ def run_collectors(
         try:
             data.update(c.func(roots))
         except Exception as exc:  # noqa: BLE001 - isolating any failure is the point
-            error = f"{type(exc).__name__}: {exc}"
+            # Bounded: the control plane refuses a collector error over 2000 characters.
+            error = f"{type(exc).__name__}: {exc}"[:1000]
         results.append(
             {
                 "name": c.name,

@@ -1,0 +1,55 @@
+# llmgw: `make demo` runs the product, `make test` runs every test.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PG_URL ?= postgres://postgres@127.0.0.1:5432/llmgw
+REDIS ?= redis://127.0.0.1:6379/0
+
+.PHONY: demo test venv lint typecheck pytest fmt services bench-heartbeat bench-placement bench-fabric clean
+
+$(BIN)/.installed: pyproject.toml agent/pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ./agent -e '.[test]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+demo: venv
+	PATH=$(CURDIR)/$(BIN):$$PATH bash deploy/demo.sh
+
+services:
+	bash deploy/services.sh
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy --strict agent/llmgw_agent llmgw/placement/types.py llmgw/placement/scheduler.py
+
+fmt: venv
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+# The suite runs on PostgreSQL and Redis; only tests/test_embedded.py
+# proves the SQLite default, in a subprocess of its own.
+pytest: venv services
+	$(BIN)/python manage.py collectstatic --noinput -v0
+	DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest $(PYTEST_ARGS); \
+	  code=$$?; if [ $$code -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$code
+
+test: lint typecheck pytest
+
+bench-heartbeat: venv services
+	DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS) $(BIN)/python bench/heartbeat.py
+
+bench-placement: venv
+	$(BIN)/python bench/placement.py
+
+bench-fabric: venv
+	$(BIN)/python bench/fabric.py
+
+clean:
+	rm -rf $(VENV) var staticfiles

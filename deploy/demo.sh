@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# make demo: the control plane on the embedded default (SQLite, in-process
+# tasks), a worker, a real agent for this machine and a simulated fleet.
+# Set DATABASE_URL and REDIS_URL to run the same on PostgreSQL and Redis.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${LLMGW_DATA_DIR:-$PWD/var}
+export LLMGW_DATA_DIR=$DATA
+HOST=${LLMGW_HOST:-127.0.0.1}
+PORT=${LLMGW_PORT:-8000}
+URL="http://$HOST:$PORT"
+SIM_NODES=${LLMGW_SIM_NODES:-12}
+mkdir -p "$DATA/agent" "$DATA/models" "$DATA/log"
+
+python manage.py migrate --noinput -v0
+python manage.py collectstatic --noinput -v0
+python manage.py bootstrap_admin --url "$URL" --cli-config "$DATA/cli.yaml"
+
+# A real agent for this machine, joined the way any node joins.
+NODE=$(hostname -s)
+if [ ! -s "$DATA/agent/credential" ]; then
+  # The credential was lost (or never made): start this node's identity afresh.
+  llmgw node revoke "$NODE" >/dev/null 2>&1 || true
+  llmgw node add "$NODE" | sed -n 2p > "$DATA/agent/join-token"
+fi
+cat > "$DATA/agent/agent.yaml" <<YAML
+server_url: $URL
+node: $NODE
+credential_file: $DATA/agent/credential
+join_token_file: $DATA/agent/join-token
+model_dirs: [$DATA/models]
+labels: {llmgw.io/rack: demo}
+heartbeat_interval_s: 10
+YAML
+
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap cleanup EXIT INT TERM
+
+uvicorn llmgw.asgi:application --host "$HOST" --port "$PORT" --log-level warning &
+pids+=($!)
+for _ in $(seq 60); do curl -fsS -o /dev/null "$URL/login/" 2>/dev/null && break; sleep 0.5; done
+llmgw worker > "$DATA/log/worker.log" 2>&1 &
+pids+=($!)
+llmgw-agent --config "$DATA/agent/agent.yaml" > "$DATA/log/agent.log" 2>&1 &
+pids+=($!)
+llmgw simulate --nodes "$SIM_NODES" --server "$URL" > "$DATA/log/simulate.log" 2>&1 &
+pids+=($!)
+
+cat <<MSG
+
+llmgw is running at $URL  (log in as admin; the console, /admin/, /api/docs/)
+  this machine's agent:  $NODE  (log: $DATA/log/agent.log)
+  simulated nodes:       $SIM_NODES  (log: $DATA/log/simulate.log)
+  command line:          export LLMGW_CONFIG=$DATA/cli.yaml; llmgw ctl nodes
+Ctrl-C stops everything.
+MSG
+wait -n "${pids[@]}"
