@@ -176,21 +176,23 @@ def send_latest(
     attempts = 0
     while not stop.is_set():
         attempts += 1
+        last = max_attempts is not None and attempts >= max_attempts
         try:
             answer = send(build())
         except TransientError as exc:
             delay = backoff.next()
-            log.warning("%s failed (%s); retrying in %.1f s", what, exc, delay)
+            then = "giving up" if last else f"retrying in {delay:.1f} s"
+            log.warning("%s failed (%s); %s", what, exc, then)
         except AuthError as exc:
             # Slow and steady: nothing changes until an operator acts, and hammering the
             # server with a revoked credential only fills its log.
             delay = auth_retry_s
+            then = "giving up" if last else f"retrying every {delay:.0f} s"
             log.error(
-                "%s: credential refused (%s): revoked, or the node was removed; "
-                "retrying every %.0f s",
+                "%s: credential refused (%s): revoked, or the node was removed; %s",
                 what,
                 exc,
-                delay,
+                then,
             )
             if on_auth_error is not None:
                 on_auth_error()
@@ -200,7 +202,7 @@ def send_latest(
         else:
             backoff.reset()
             return answer
-        if max_attempts is not None and attempts >= max_attempts:
+        if last:
             return None
         stop.wait(delay)
     return None
