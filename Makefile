@@ -42,8 +42,12 @@ pytest: venv services
 
 test: lint typecheck pytest
 
+BENCH_DB ?= postgres://postgres@127.0.0.1:5432/llmgw_bench
 bench-heartbeat: venv services
-	DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS) $(BIN)/python bench/heartbeat.py
+	psql -h 127.0.0.1 -U postgres -tc "SELECT 1 FROM pg_database WHERE datname = 'llmgw_bench'" | grep -q 1 \
+	  || psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE llmgw_bench" >/dev/null
+	DATABASE_URL=$(BENCH_DB) REDIS_URL=$(REDIS) $(BIN)/python manage.py migrate --noinput -v0
+	DATABASE_URL=$(BENCH_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/heartbeat.py $(BENCH_ARGS)
 
 bench-placement: venv
 	$(BIN)/python bench/placement.py
