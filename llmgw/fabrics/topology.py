@@ -31,7 +31,7 @@ import re
 from collections import Counter, deque
 from typing import Any
 
-from .ibnetdiscover import Fabric, Link, Node, Rate
+from .ibnetdiscover import Fabric, Link, Node, Rate, gc_paused
 
 TIER_RANK = {
     "adapter": 0,
@@ -85,6 +85,11 @@ def _is_aggregation(node: Node, switch_sysimg: set[str]) -> bool:
 
 def analyze(fabric: Fabric) -> dict[str, Any]:
     """The fabric map as a dict of lists (see module docstring)."""
+    with gc_paused():
+        return _analyze(fabric)
+
+
+def _analyze(fabric: Fabric) -> dict[str, Any]:
     nodes = fabric.nodes
     switches = [n for n in nodes.values() if n.kind == "switch"]
     switch_sysimg = {n.sysimgguid or n.guid for n in switches} | {n.guid for n in switches}
@@ -219,8 +224,14 @@ def analyze(fabric: Fabric) -> dict[str, Any]:
         if n.kind == "switch":
             continue
         node_name, device = split_description(n.description)
-        ports = sorted(ports_of.get(n.guid, []), key=lambda p: p[0])
-        leaf = next((p for p in ports if nodes[p[1]].kind == "switch"), None)
+        ports = ports_of.get(n.guid, [])
+        if len(ports) > 1:
+            ports.sort(key=lambda p: p[0])
+        leaf = None
+        for p in ports:
+            if nodes[p[1]].kind == "switch":
+                leaf = p
+                break
         rate: Rate | None = leaf[3].rate if leaf else (ports[0][3].rate if ports else None)
         adapters.append(
             {
@@ -339,10 +350,10 @@ def _rails(adapters: list[dict[str, Any]]) -> dict[str, Any]:
     for a in adapters:
         if not (a["role"] == "adapter" and a["device"] and a["node"] and a["leaf_guid"]):
             continue
+        placed += 1
         leaf_owner = owner.get(a["leaf_guid"])
         if leaf_owner is None:
-            continue
-        placed += 1
+            continue  # a leaf split evenly between devices: belongs to no rail
         if leaf_owner == a["device"]:
             aligned += 1
             continue

@@ -1,0 +1,212 @@
+"""The analysis on the real DGX H100 NDR fabric, on real-tool dumps, and at scale."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+
+import pytest
+
+from llmgw.fabrics.ibnetdiscover import parse
+from llmgw.fabrics.topology import analyze, split_description
+
+from .data import IBSIM, NDR, PORTS
+from .synth import fat_tree_text
+
+
+@pytest.fixture(scope="module")
+def ndr() -> dict:
+    return analyze(parse(NDR.read_text()))
+
+
+def test_ndr_tiers(ndr: dict) -> None:
+    text = NDR.read_text()
+    # independent: the switches name their role ("IBLEAF"/"IBSPINE") in the file
+    names = re.findall(r'^Switch\t\d+ "S-([0-9a-f]+)"\t\t# "([^"]*)"', text, re.M)
+    want = {"0x" + g: ("leaf" if "IBLEAF" in d else "spine") for g, d in names}
+    assert Counter(want.values()) == {"leaf": 31, "spine": 9}
+    got = {s["guid"]: s["tier"] for s in ndr["switches"]}
+    assert got == want
+    s = ndr["summary"]
+    assert (s["switches"], s["leaf"], s["spine"], s["core"]) == (40, 31, 9, 0)
+    # every spine carries a SHARP aggregation node; it must not make it a leaf
+    assert (s["adapters"], s["host_adapters"], s["aggregation_nodes"]) == (582, 542, 40)
+    assert (
+        len(
+            re.findall(
+                r'^Ca\t1 "H-[0-9a-f]+"\t\t# "Mellanox Technologies Aggregation Node"', text, re.M
+            )
+        )
+        == 40
+    )
+    spine = next(sw for sw in ndr["switches"] if sw["tier"] == "spine")
+    assert spine["adapters"] == 0 and spine["ports"] == 65 and spine["hops"] == 1
+
+
+def test_ndr_adapters(ndr: dict) -> None:
+    by_guid = {a["guid"]: a for a in ndr["adapters"]}
+    a = by_guid["0xe09d7303007a4bd8"]
+    assert (a["node"], a["device"], a["device_number"]) == ("a08-p1-dgx-04-c01", "mlx5_5", 5)
+    assert (a["leaf_guid"], a["leaf_port"], a["rate"], a["rate_text"]) == (
+        "0x2c5eab0300b87b40",
+        1,
+        400,
+        "4xNDR",
+    )
+    b = by_guid["0xe09d730300857d78"]
+    assert (b["node"], b["device"], b["device_number"]) == ("a06-p1-dgx-02-c01", "HCA-6", 6)
+    # a node that never set its description: no owner, but still an adapter on its leaf
+    c = by_guid["0xe09d730300858d88"]
+    assert c["description"] == "MT4129 ConnectX7   Mellanox Technologies"
+    assert (c["node"], c["device"], c["role"]) == (None, None, "adapter")
+    assert c["leaf_guid"] == "0x2c5eab0300b87bc0"
+    agg = by_guid["0x2c5eab0300b87b50"]
+    assert (agg["role"], agg["node"], agg["leaf_guid"]) == (
+        "aggregation",
+        None,
+        "0x2c5eab0300b87b40",
+    )
+    assert sum(1 for a in ndr["adapters"] if a["role"] == "adapter" and a["node"] is None) == 69
+
+
+def test_ndr_links_and_rates(ndr: dict) -> None:
+    assert len(ndr["links"]) == 1114
+    assert ndr["degraded_links"] == []
+    kinds = Counter(link["kind"] for link in ndr["links"])
+    assert kinds["adapter-leaf"] == 542
+    assert kinds["aggregation-leaf"] == 31 and kinds["aggregation-spine"] == 9
+    assert kinds["leaf-spine"] == 1114 - 542 - 40
+    assert ndr["expected_rates"]["leaf-spine"] == {"rate": 400, "rate_text": "4xNDR"}
+
+
+def test_ndr_rails(ndr: dict) -> None:
+    # found in the real fabric: one DGX with HCA-5/HCA-6 swapped, and two hosts
+    # ("B11-P1-CUFM-02", "ubuntu") whose mlx5_0/mlx5_1 sit on rails 3 and 4's leaves
+    got = {(m["node"], m["device"]): m for m in ndr["rail_misalignment"]}
+    assert set(got) == {
+        ("b08-p1-dgx-08-c01", "HCA-5"),
+        ("b08-p1-dgx-08-c01", "HCA-6"),
+        ("B11-P1-CUFM-02", "mlx5_0"),
+        ("B11-P1-CUFM-02", "mlx5_1"),
+        ("ubuntu", "mlx5_0"),
+        ("ubuntu", "mlx5_1"),
+    }
+    desc = {s["guid"]: s["description"] for s in ndr["switches"]}
+    swapped = got[("b08-p1-dgx-08-c01", "HCA-5")]
+    assert "IBLEAF-04-08" in desc[swapped["leaf_guid"]] and swapped["leaf_carries"] == "HCA-6"
+    assert sorted("IBLEAF-03" in desc[g] for g in swapped["expected_leaf_guids"]) == [True] * 6
+    assert ndr["summary"]["rail_optimised"] is True
+
+
+def test_real_tool_dumps_find_the_faults() -> None:
+    for name in (
+        "fat-tree-ibnetdiscover.txt",
+        "fat-tree-ibnetdiscover-p.txt",
+        "fat-tree-ibnetdiscover-f.txt",
+    ):
+        r = analyze(parse(IBSIM.joinpath(name).read_text()))
+        tiers = {s["description"]: s["tier"] for s in r["switches"]}
+        assert tiers == {
+            **{f"leaf0{i}": "leaf" for i in range(4)},
+            "spine01": "spine",
+            "spine02": "spine",
+            "core01": "core",
+            "core02": "core",
+        }, name
+        bad = {
+            (d["a"]["description"], d["a"]["port"], d["b"]["description"], d["b"]["port"]): (
+                d["rate_text"],
+                d["expected_rate_text"],
+                d["rate"],
+                d["expected_rate"],
+            )
+            for d in r["degraded_links"]
+        }
+        assert bad == {
+            ("leaf00", 7, "spine01", 1): ("1xHDR", "4xHDR", 50, 200),
+            ("node004 mlx5_1", 1, "leaf01", 3): ("4xEDR", "4xHDR", 100, 200),
+        }, name
+        mis = r["rail_misalignment"]
+        leaf = {s["guid"]: s["description"] for s in r["switches"]}
+        assert [(m["node"], m["device"], leaf[m["leaf_guid"]]) for m in mis] == [
+            ("node003", "mlx5_1", "leaf02")
+        ], name
+        assert [leaf[g] for g in mis[0]["expected_leaf_guids"]] == ["leaf01"]
+
+
+def test_ports_sample_analysis() -> None:
+    r = analyze(parse(PORTS.read_text()))
+    tiers = {s["description"]: s["tier"] for s in r["switches"]}
+    assert tiers["ib-i1l1s01"] == "leaf" and tiers["ib-i1l2s01"] == "spine"
+    assert tiers["5FB0405-leaf-IB01"] == "leaf"
+    # seen only as unconnected ports: no path to an adapter
+    assert tiers["ib-i7l2s01"] == "unknown"
+    agg = next(a for a in r["adapters"] if a["description"].endswith("Aggregation Node"))
+    assert agg["role"] == "aggregation"
+
+
+@pytest.mark.parametrize(
+    ("desc", "want"),
+    [
+        ("host mlx5_3", ("host", "mlx5_3")),
+        ("a06-p1-dgx-02-c01 HCA-6", ("a06-p1-dgx-02-c01", "HCA-6")),
+        ("MT4129 ConnectX7   Mellanox Technologies", (None, None)),
+        ("Mellanox Technologies Aggregation Node", (None, None)),
+        ("node01", ("node01", None)),
+        ("", (None, None)),
+        ("some long free text", (None, None)),
+    ],
+)
+def test_split_description(desc: str, want: tuple) -> None:
+    assert split_description(desc) == want
+
+
+def test_not_rail_optimised_reports_no_misalignment() -> None:
+    r = analyze(parse(fat_tree_text(64, rails=8, leaf_ports=32, spines=4, rail_optimised=False)))
+    assert r["summary"]["rail_optimised"] is False
+    assert r["rail_misalignment"] == []
+    assert r["summary"]["leaf"] == 16 and r["summary"]["spine"] == 4
+
+
+def test_degraded_needs_a_majority() -> None:
+    text = fat_tree_text(64, rails=4, spines=4)
+    r = analyze(parse(text))
+    assert r["degraded_links"] == [] and r["summary"]["misaligned_rails"] == 0
+    # retrain one leaf-spine cable, both ends, at 2x: found, and only it
+    lines = text.splitlines()
+    i = next(k for k, ln in enumerate(lines) if '# "spine-0" lid 3 4xNDR' in ln)
+    j = next(
+        k for k, ln in enumerate(lines) if ln.startswith("[1]\t") and '# "leaf-0-0" lid 1' in ln
+    )
+    lines[i] = lines[i].replace("4xNDR", "2xNDR")
+    lines[j] = lines[j].replace("4xNDR", "2xNDR")
+    r = analyze(parse("\n".join(lines)))
+    assert [(d["kind"], d["rate"], d["expected_rate"]) for d in r["degraded_links"]] == [
+        ("leaf-spine", 200, 400)
+    ]
+
+
+def _best(fn, n: int) -> float:
+    """Least CPU time of n runs: other processes on a shared CI box do not count."""
+    best = float("inf")
+    for _ in range(n):
+        t0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t0)
+    return best
+
+
+def test_real_dump_under_50ms() -> None:
+    text = NDR.read_text()
+    assert _best(lambda: analyze(parse(text)), 7) < 0.050
+
+
+def test_16000_adapters_under_a_second_and_linear() -> None:
+    big = fat_tree_text(2000, rails=8)  # 16,000 adapters
+    small = fat_tree_text(250, rails=8)  # 2,000 adapters
+    t_big = _best(lambda: analyze(parse(big)), 5)
+    t_small = _best(lambda: analyze(parse(small)), 5)
+    assert t_big < 1.0
+    # 8x the adapters: linear is ~8x; quadratic would be ~64x
+    assert t_big / t_small < 16
