@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,9 @@ pytestmark = [
 ]
 
 
-def _faults(r: dict) -> tuple[dict, set, list]:
+def _faults(
+    r: dict[str, Any],
+) -> tuple[dict[str, str], set[tuple[Any, ...]], list[tuple[str, str, str]]]:
     tiers = {s["description"]: s["tier"] for s in r["switches"]}
     bad = {
         (

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -16,11 +18,11 @@ from .synth import fat_tree_text
 
 
 @pytest.fixture(scope="module")
-def ndr() -> dict:
+def ndr() -> dict[str, Any]:
     return analyze(parse(NDR.read_text()))
 
 
-def test_ndr_tiers(ndr: dict) -> None:
+def test_ndr_tiers(ndr: dict[str, Any]) -> None:
     text = NDR.read_text()
     # independent: the switches name their role ("IBLEAF"/"IBSPINE") in the file
     names = re.findall(r'^Switch\t\d+ "S-([0-9a-f]+)"\t\t# "([^"]*)"', text, re.M)
@@ -44,7 +46,7 @@ def test_ndr_tiers(ndr: dict) -> None:
     assert spine["adapters"] == 0 and spine["ports"] == 65 and spine["hops"] == 1
 
 
-def test_ndr_adapters(ndr: dict) -> None:
+def test_ndr_adapters(ndr: dict[str, Any]) -> None:
     by_guid = {a["guid"]: a for a in ndr["adapters"]}
     a = by_guid["0xe09d7303007a4bd8"]
     assert (a["node"], a["device"], a["device_number"]) == ("a08-p1-dgx-04-c01", "mlx5_5", 5)
@@ -70,7 +72,7 @@ def test_ndr_adapters(ndr: dict) -> None:
     assert sum(1 for a in ndr["adapters"] if a["role"] == "adapter" and a["node"] is None) == 69
 
 
-def test_ndr_links_and_rates(ndr: dict) -> None:
+def test_ndr_links_and_rates(ndr: dict[str, Any]) -> None:
     assert len(ndr["links"]) == 1114
     assert ndr["degraded_links"] == []
     kinds = Counter(link["kind"] for link in ndr["links"])
@@ -80,7 +82,7 @@ def test_ndr_links_and_rates(ndr: dict) -> None:
     assert ndr["expected_rates"]["leaf-spine"] == {"rate": 400, "rate_text": "4xNDR"}
 
 
-def test_ndr_rails(ndr: dict) -> None:
+def test_ndr_rails(ndr: dict[str, Any]) -> None:
     # found in the real fabric: one DGX with HCA-5/HCA-6 swapped, and two hosts
     # ("B11-P1-CUFM-02", "ubuntu") whose mlx5_0/mlx5_1 sit on rails 3 and 4's leaves
     got = {(m["node"], m["device"]): m for m in ndr["rail_misalignment"]}
@@ -158,7 +160,7 @@ def test_ports_sample_analysis() -> None:
         ("some long free text", (None, None)),
     ],
 )
-def test_split_description(desc: str, want: tuple) -> None:
+def test_split_description(desc: str, want: tuple[str | None, str | None]) -> None:
     assert split_description(desc) == want
 
 
@@ -187,7 +189,7 @@ def test_degraded_needs_a_majority() -> None:
     ]
 
 
-def _best(fn, n: int) -> float:
+def _best(fn: Callable[[], object], n: int) -> float:
     """Least CPU time of n runs: other processes on a shared CI box do not count."""
     best = float("inf")
     for _ in range(n):
