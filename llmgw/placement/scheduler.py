@@ -268,6 +268,10 @@ class Inventory:
         for n in self._nodes:
             name = n.view.name
             if name in chosen:
+                # The replica's own nodes stay candidates, so the multi-node
+                # choice is re-made over the same set it was made from.
+                if p.nodes_per_replica > 1:
+                    cands.append((n, chosen[name].gpu_indices))
                 continue
             refusal = shard_refusal(n, p)
             if refusal is not None:

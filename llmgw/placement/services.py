@@ -1,0 +1,155 @@
+"""The thin service around the pure scheduler: load a snapshot, decide,
+store the result, all inside one transaction.
+
+Two workers placing at once must never hand out one GPU, gigabyte or core
+twice. On PostgreSQL a transaction-scoped advisory lock serialises
+placement (decisions take milliseconds, so one at a time costs nothing),
+and the unique (node, index) constraint on GPU claims refuses a double
+hand-out even if a path ever bypasses the lock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection, transaction
+
+from llmgw.catalog.models import Model
+from llmgw.inventory.models import Node
+from llmgw.placement import scheduler
+from llmgw.placement.snapshot import node_views, profile_view
+from llmgw.placement.types import Decision, Placement
+from llmgw.serving.models import GpuClaim, PlacementRecord, Replica, Shard
+
+_LOCK_KEY = 0x6C6C6D67  # "llmg"
+
+
+class PlacementError(Exception):
+    pass
+
+
+def _lock() -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+
+
+def _model(name: str) -> Model:
+    try:
+        return Model.objects.prefetch_related("profiles").get(name=name)
+    except Model.DoesNotExist:
+        raise PlacementError(f"no model named {name!r} in the catalog") from None
+
+
+def explanation_data(placement: Placement) -> dict[str, Any]:
+    grouped = placement.explanation.by_reason()
+    attempts = []
+    for profile, priority, placed in placement.explanation.attempts:
+        reasons = [
+            {
+                "code": reason.value,
+                "summary": reason.summary,
+                "count": len(rejections),
+                "nodes": [{"node": r.node, "message": r.message} for r in rejections],
+            }
+            for reason, rejections in grouped.get(profile, {}).items()
+        ]
+        attempts.append(
+            {"profile": profile, "priority": priority, "placed": placed, "reasons": reasons}
+        )
+    return {
+        "model": placement.model,
+        "placed": placement.decision is not None,
+        "decision": decision_data(placement.decision) if placement.decision else None,
+        "attempts": attempts,
+        "text": placement.explanation.render(),
+    }
+
+
+def decision_data(decision: Decision) -> dict[str, Any]:
+    return {
+        "profile": decision.profile,
+        "fabric": decision.fabric,
+        "env": dict(decision.env),
+        "threads": decision.threads,
+        "shards": [
+            {
+                "node": s.node,
+                "gpus": list(s.gpu_indices),
+                "gpu_uuids": list(s.gpu_uuids),
+                "adapters": list(s.adapters),
+                "cpu_cores": s.cpu_cores,
+                "memory_bytes": s.memory_bytes,
+                "holds_weights": s.holds_weights,
+            }
+            for s in decision.shards
+        ],
+    }
+
+
+def dry_run(model_name: str) -> Placement:
+    model = _model(model_name)
+    return scheduler.place(
+        model.name, [profile_view(p) for p in model.profiles.all()], node_views()
+    )
+
+
+def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
+    """Place one more replica of the model, or record why it cannot be."""
+    with transaction.atomic():
+        _lock()
+        model = _model(model_name)
+        profiles = {p.name: p for p in model.profiles.all()}
+        placement = scheduler.place(
+            model.name, [profile_view(p) for p in profiles.values()], node_views()
+        )
+        data = explanation_data(placement)
+        PlacementRecord.objects.update_or_create(
+            model=model, defaults={"placed": placement.decision is not None, "explanation": data}
+        )
+        if placement.decision is None:
+            return None, placement
+        decision = placement.decision
+        replica = Replica.objects.create(
+            model=model,
+            profile=profiles[decision.profile],
+            fabric=decision.fabric or "",
+            env=dict(decision.env),
+            explanation=data,
+        )
+        nodes = {n.name: n for n in Node.objects.filter(name__in=decision.nodes)}
+        for rank, s in enumerate(decision.shards):
+            shard = Shard.objects.create(
+                replica=replica,
+                node=nodes[s.node],
+                rank=rank,
+                gpu_indices=list(s.gpu_indices),
+                adapters=list(s.adapters),
+            )
+            GpuClaim.objects.bulk_create(
+                GpuClaim(shard=shard, node=nodes[s.node], index=i) for i in s.gpu_indices
+            )
+        return replica, placement
+
+
+@transaction.atomic
+def release_replica(replica_id: int) -> None:
+    """Release a replica whole: its shards and every claim they hold."""
+    Replica.objects.filter(pk=replica_id).delete()
+
+
+def headroom(model_name: str) -> dict[str, int]:
+    model = _model(model_name)
+    return scheduler.headroom(
+        model.name, [profile_view(p) for p in model.profiles.all()], node_views()
+    )
+
+
+def explain(model_name: str) -> dict[str, Any]:
+    """The last placement attempt as recorded; if there has been none, a dry
+    run now, marked as such."""
+    model = _model(model_name)
+    record = PlacementRecord.objects.filter(model=model).first()
+    if record is not None:
+        return {**record.explanation, "recorded_at": record.at.isoformat(), "dry_run": False}
+    return {**explanation_data(dry_run(model_name)), "recorded_at": None, "dry_run": True}

@@ -1,0 +1,202 @@
+"""Invariants over random clusters: the cases nobody thought to write down.
+
+Each example places several replicas in a row on one random cluster,
+applying every decision (both to the scheduler's indexed copy and to the
+views), and checks every placement against the views as they stood.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmgw.placement.scheduler import Inventory, apply_to_views, place
+from llmgw.placement.types import GB, READY, GpuView, NodeView, Placement, Profile, Reason
+
+CLASSES = ["H100", "A100"]
+FABRICS = ["ib-a", "ib-b"]
+MODEL = "m"
+
+
+@st.composite
+def node_views(draw: st.DrawFn, name: str) -> NodeView:
+    n = draw(st.integers(0, 8))
+    cls = draw(st.sampled_from(CLASSES))
+    mixed = draw(st.booleans())
+    gpus = tuple(
+        GpuView(
+            index=i,
+            uuid=f"GPU-{name}-{i}",
+            gpu_class=CLASSES[i % 2] if mixed else cls,
+            healthy=draw(st.booleans()) or draw(st.booleans()),
+            unhealthy_reason="ECC",
+            allocated=draw(st.integers(0, 3)) == 0,
+        )
+        for i in range(n)
+    )
+    islands: tuple[frozenset[int], ...] = ()
+    if n and draw(st.booleans()):
+        cut = draw(st.integers(1, n))
+        islands = (frozenset(range(cut)), frozenset(range(cut, n)) or frozenset({0}))
+        if not islands[1] or cut == n:
+            islands = (frozenset(range(n)),)
+    fabrics = {
+        f: tuple(f"{f}-mlx5_{j}" for j in range(draw(st.integers(0, 2))))
+        for f in draw(st.lists(st.sampled_from(FABRICS), unique=True, max_size=2))
+    }
+    memory = draw(st.one_of(st.none(), st.integers(0, 64).map(lambda g: g * GB)))
+    cpus = draw(st.one_of(st.none(), st.integers(0, 32)))
+    return NodeView(
+        name=name,
+        state=draw(st.sampled_from([READY, READY, READY, "NotReady"])),
+        cordoned=draw(st.integers(0, 5)) == 0,
+        cordon_reason="maintenance",
+        labels=draw(st.sampled_from([{}, {"pool": "a"}, {"pool": "b"}])),
+        cpus=cpus,
+        memory_total_bytes=memory,
+        claimed_memory_bytes=draw(st.integers(0, 32)) * GB if memory else 0,
+        claimed_cores=draw(st.integers(0, 16)) if cpus else 0,
+        gpus=gpus,
+        fabrics=fabrics,
+        nvlink_islands=islands,
+        holds_weights=draw(st.sampled_from([frozenset(), frozenset({MODEL})])),
+        engines=draw(
+            st.sampled_from([frozenset(), frozenset({"llama.cpp"}), frozenset({"vllm@1"})])
+        ),
+        engines_probed=draw(st.booleans()),
+        engine_status="installing: downloading",
+        nvlink_domain=draw(st.sampled_from([None, None, "d1", "d2"])),
+        fabric_leaves={f: draw(st.sampled_from(["l1", "l2"])) for f in fabrics},
+        degraded_fabrics=frozenset(draw(st.lists(st.sampled_from(FABRICS), max_size=1))),
+    )
+
+
+@st.composite
+def profiles(draw: st.DrawFn, name: str) -> Profile:
+    gpu = draw(st.booleans())
+    gps = draw(st.integers(1, 8)) if gpu else 0
+    return Profile(
+        name=name,
+        priority=draw(st.integers(0, 3)),
+        gpu_class=draw(st.sampled_from(CLASSES)) if gpu else None,
+        gpus_per_shard=gps,
+        tensor_parallel=draw(st.sampled_from([1, 2, 4, 8])),
+        nodes_per_replica=draw(st.sampled_from([1, 1, 2, 3])),
+        min_memory_gb=draw(st.sampled_from([0, 8, 24])),
+        memory_gb=draw(st.sampled_from([0, 4, 15])),
+        cpu_cores=draw(st.sampled_from([0, 2, 8])),
+        engine=draw(st.sampled_from(["llama.cpp", "vllm"])),
+        engine_version=draw(st.sampled_from([None, "1"])),
+        node_selector=draw(st.sampled_from([{}, {"pool": "a"}])),
+        fabric=draw(st.sampled_from([None, None, "ib-a"])),
+    )
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[NodeView], list[Profile]]:
+    count = draw(st.integers(1, 10))
+    nodes = [draw(node_views(f"n{i}")) for i in range(count)]
+    ps = [draw(profiles(f"p{i}")) for i in range(draw(st.integers(1, 3)))]
+    return nodes, ps
+
+
+def check(result: Placement, nodes: list[NodeView], ps: list[Profile]) -> None:
+    by_name = {v.name: v for v in nodes}
+    by_profile = {p.name: p for p in ps}
+    attempts = result.explanation.attempts
+    assert [a[1] for a in attempts] == sorted((a[1] for a in attempts), reverse=True)
+    assert all(not placed for _, _, placed in attempts[:-1])
+    rejected: dict[str, set[str]] = {}
+    for r in result.explanation.rejections:
+        assert r.message.startswith(r.node) and r.node in by_name
+        if r.reason_code not in (Reason.NOT_READY, Reason.CORDONED):
+            assert "needs" in r.message or "but" in r.message
+        rejected.setdefault(r.profile, set()).add(r.node)
+    d = result.decision
+    if d is None:
+        assert len(attempts) == len(ps)
+        for name, _, _ in attempts:
+            assert rejected.get(name, set()) == set(by_name), "every node has a reason"
+        return
+    p = by_profile[d.profile]
+    assert attempts[-1][0] == p.name and attempts[-1][2]
+    chosen = set(d.nodes)
+    assert len(chosen) == len(d.shards) == p.nodes_per_replica
+    assert rejected.get(p.name, set()) == set(by_name) - chosen, "every unchosen node has a reason"
+    if p.nodes_per_replica > 1:
+        assert d.fabric is not None
+        if d.fabric.startswith("nvlink:"):
+            assert {by_name[n].nvlink_domain for n in d.nodes} == {d.fabric.removeprefix("nvlink:")}
+            assert all(s.adapters == () for s in d.shards)
+        else:
+            assert p.fabric in (None, d.fabric)
+            for s in d.shards:
+                assert s.adapters and s.adapters == tuple(by_name[s.node].fabrics[d.fabric])
+    else:
+        assert d.fabric is None and d.shards[0].adapters == ()
+    for s in d.shards:
+        v = by_name[s.node]
+        assert v.state == READY and not v.cordoned
+        assert all(v.labels.get(k) == want for k, want in p.node_selector.items())
+        if v.engines_probed:
+            assert any(e.split("@")[0] == p.engine for e in v.engines)
+        gpus = {g.index: g for g in v.gpus}
+        assert len(set(s.gpu_indices)) == len(s.gpu_indices) == p.gpus_per_shard
+        for i in s.gpu_indices:
+            g = gpus[i]
+            assert g.gpu_class == p.gpu_class and g.healthy and not g.allocated
+        group = min(p.tensor_parallel, p.gpus_per_shard)
+        if v.nvlink_islands and group == p.gpus_per_shard > 1:
+            assert any(set(s.gpu_indices) <= island for island in v.nvlink_islands)
+        if v.memory_total_bytes is not None:
+            if p.min_memory_gb:
+                assert v.memory_total_bytes >= p.min_memory_bytes
+            if s.memory_bytes:
+                assert v.claimed_memory_bytes + s.memory_bytes <= v.memory_total_bytes
+        if v.cpus is not None and s.cpu_cores:
+            assert v.claimed_cores + s.cpu_cores <= v.cpus
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_every_placement_keeps_the_hard_constraints(
+    cluster: tuple[list[NodeView], list[Profile]],
+) -> None:
+    nodes, ps = cluster
+    inv = Inventory(nodes)
+    for _ in range(4):
+        result = inv.place(MODEL, ps)
+        # The indexed copy, updated in place, decides as a fresh look would.
+        fresh = place(MODEL, ps, nodes)
+        assert result.decision == fresh.decision
+        check(result, nodes, ps)
+        if result.decision is None:
+            break
+        inv.apply(result.decision)
+        nodes = apply_to_views(nodes, result.decision)
+
+
+@st.composite
+def multi_node_clusters(draw: st.DrawFn) -> tuple[list[NodeView], list[Profile]]:
+    # The general strategy refuses most multi-node replicas outright; here
+    # most nodes are usable, so the fabric, domain and leaf choices get exercised.
+    nodes, ps = draw(clusters())
+    nodes += [draw(node_views(f"x{i}")) for i in range(draw(st.integers(2, 8)))]
+    nodes = [
+        replace(v, state=READY, cordoned=False, engines_probed=False, labels={})
+        if draw(st.integers(0, 4))
+        else v
+        for v in nodes
+    ]
+    ps = [replace(p, nodes_per_replica=draw(st.integers(2, 3)), node_selector={}) for p in ps]
+    return nodes, ps
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(multi_node_clusters())
+def test_multi_node_replicas_keep_the_hard_constraints(
+    cluster: tuple[list[NodeView], list[Profile]],
+) -> None:
+    test_every_placement_keeps_the_hard_constraints.hypothesis.inner_test(cluster)  # type: ignore[attr-defined]
