@@ -52,6 +52,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "channels",
     "llmgw.inventory",
+    "llmgw.catalog",
+    "llmgw.serving",
     "llmgw.console",
     "llmgw.metrics",
 ]

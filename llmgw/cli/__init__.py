@@ -28,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     node_sub = node.add_subparsers(dest="action", required=True)
     node_sub.add_parser("add", help="create a node and print its one-time join token").add_argument("name")
     node_sub.add_parser("revoke", help="revoke a node's credential").add_argument("name")
+    catalog = sub.add_parser("catalog", help="load models, profiles and engines")
+    catalog_sub = catalog.add_subparsers(dest="action", required=True)
+    catalog_sub.add_parser("apply", help="apply server.yaml whole, or refuse it whole").add_argument("file")
+    fabric = sub.add_parser("fabric", help="InfiniBand fabric tools", add_help=False)
+    fabric.add_argument("rest", nargs=argparse.REMAINDER)
     sim = sub.add_parser("simulate", help="run simulated agents against the control plane")
     sim.add_argument("--nodes", type=int, default=12)
     sim.add_argument("--server", default=os.environ.get("LLMGW_URL", "http://127.0.0.1:8000"))
@@ -41,7 +46,16 @@ def main(argv: list[str] | None = None) -> int:
         from llmgw.cli import ctl
 
         return ctl.main(argv[1:])
+    if argv[:1] == ["fabric"]:
+        from llmgw.fabrics.cli import main as fabric_main
+
+        return fabric_main(argv[1:])
     args = parser.parse_args(argv)
+    if args.command == "catalog":
+        _django()
+        from llmgw.cli.server import catalog_command
+
+        return catalog_command(args.file)
     if args.command == "node":
         _django()
         from llmgw.cli.server import node_command

@@ -41,12 +41,16 @@ class Api:
     def __init__(self, url: str, token: str) -> None:
         self.client = httpx.Client(base_url=url, headers={"Authorization": f"Token {token}"}, timeout=30)
 
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None, accept: tuple[int, ...] = ()) -> Any:
         try:
             response = self.client.request(method, path, json=body)
         except httpx.HTTPError as exc:
             raise CtlError(f"cannot reach {self.client.base_url}: {exc}") from None
-        if response.status_code >= 400:
+        if response.status_code >= 400 and response.status_code not in accept:
+            if response.status_code == 409 and "explanation" in response.text:
+                data = response.json()
+                text = render_explanation(data["explanation"]) if data.get("explanation") else ""
+                raise CtlError(f"refused: {data['detail']}" + (f"\n{text}" if text else ""))
             try:
                 detail = response.json()
             except ValueError:
@@ -172,6 +176,68 @@ def cmd_status(api: Api, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def cmd_models(api: Api, args: argparse.Namespace) -> str:
+    models = api.call("GET", "/api/v1/models")
+    rows = []
+    for m in models:
+        ready = sum(1 for r in m["replicas"] if r["state"] == "ready")
+        profiles = ",".join(p["name"] for p in m["profiles"]) or DASH
+        rows.append([m["name"], f"{ready}/{len(m['replicas'])}", str(m["always_running"]), str(m["under_load"]), profiles])
+    return table(["MODEL", "READY/REPLICAS", "ALWAYS", "UNDER_LOAD", "PROFILES"], rows)
+
+
+def render_explanation(data: dict[str, Any]) -> str:
+    lines = []
+    if data.get("dry_run"):
+        lines.append(f"{data['model']}: never placed; this is what placement would decide now")
+    decision = data.get("decision")
+    if decision:
+        where = f" across {decision['fabric']}" if decision.get("fabric") else ""
+        lines.append(f"{data['model']}: placed as profile {decision['profile']}{where}")
+        for s in decision["shards"]:
+            gpus = ",".join(str(g) for g in s["gpus"]) or DASH
+            extra = f" adapters {','.join(s['adapters'])}" if s["adapters"] else ""
+            lines.append(f"  {s['node']}: GPUs {gpus}, {s['cpu_cores']} cores, "
+                         f"{s['memory_bytes'] / 1e9:g} GB{extra}")
+    else:
+        lines.append(f"{data['model']}: cannot be placed")
+    for attempt in data.get("attempts", []):
+        verdict = "placed" if attempt["placed"] else "does not fit"
+        lines.append(f"profile {attempt['profile']} (priority {attempt['priority']}): {verdict}")
+        for reason in attempt["reasons"]:
+            lines.append(f"  {reason['summary']} ({reason['count']} node{'s' if reason['count'] != 1 else ''}):")
+            lines.extend(f"    {n['message']}" for n in reason["nodes"])
+    return "\n".join(lines)
+
+
+def cmd_explain(api: Api, args: argparse.Namespace) -> str:
+    data = api.call("GET", f"/api/v1/models/{args.model}/explain")
+    return json.dumps(data, indent=2) if args.json else render_explanation(data)
+
+
+def cmd_headroom(api: Api, args: argparse.Namespace) -> str:
+    data = api.call("GET", f"/api/v1/models/{args.model}/headroom")
+    return table(["PROFILE", "MORE_REPLICAS_FIT"], [[p, str(n)] for p, n in data["headroom"].items()])
+
+
+def cmd_place(api: Api, args: argparse.Namespace) -> str:
+    data = api.call("POST", f"/api/v1/models/{args.model}/place", accept=(409,))
+    if not data["placed"]:
+        raise CtlError(render_explanation(data))
+    return render_explanation(data)
+
+
+def cmd_model(api: Api, args: argparse.Namespace) -> str:
+    if args.action == "resources":
+        body = {"memory_gb": args.memory_gb, "cpu_cores": args.cpu_cores, "profile": args.profile}
+        model = api.call("POST", f"/api/v1/models/{args.model}/resources", body)
+        return "\n".join(f"{model['name']}/{p['name']}: memory {p['memory_gb']:g} GB, {p['cpu_cores']} cores"
+                         for p in model["profiles"])
+    body = {k: v for k, v in (("always_running", args.always_running), ("under_load", args.under_load)) if v is not None}
+    model = api.call("PATCH", f"/api/v1/models/{args.model}", body)
+    return f"{model['name']}: always_running {model['always_running']}, under_load {model['under_load']}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmgw ctl", description="llmgw REST API client")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -194,6 +260,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("labels", nargs="+")
     p.set_defaults(func=cmd_label)
+    p = sub.add_parser("models", help="list models and their replicas")
+    p.set_defaults(func=cmd_models)
+    p = sub.add_parser("explain", help="where a model is placed and why every other node was refused")
+    p.add_argument("model")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_explain)
+    p = sub.add_parser("headroom", help="how many more replicas of each profile fit")
+    p.add_argument("model")
+    p.set_defaults(func=cmd_headroom)
+    p = sub.add_parser("place", help="place one more replica of a model now")
+    p.add_argument("model")
+    p.set_defaults(func=cmd_place)
+    p = sub.add_parser("model", help="change a stored model")
+    model_sub = p.add_subparsers(dest="action", required=True)
+    q = model_sub.add_parser("resources", help="set the declared memory and cores")
+    q.add_argument("model")
+    q.add_argument("--memory-gb", type=float)
+    q.add_argument("--cpu-cores", type=int)
+    q.add_argument("--profile", help="only this profile (default: all of the model's)")
+    q.set_defaults(func=cmd_model)
+    q = model_sub.add_parser("scale", help="set the held counts")
+    q.add_argument("model")
+    q.add_argument("--always-running", type=int)
+    q.add_argument("--under-load", type=int)
+    q.set_defaults(func=cmd_model)
     p = sub.add_parser("status", help="the fleet in a few lines")
     p.set_defaults(func=cmd_status)
     return parser

@@ -31,6 +31,23 @@ def node_command(action: str, name: str) -> int:
     return 0
 
 
+def catalog_command(path: str) -> int:
+    from pathlib import Path
+
+    from llmgw.catalog import services as catalog
+    from llmgw.catalog.loader import CatalogError
+
+    try:
+        counts = catalog.apply_file(Path(path))
+    except CatalogError as exc:
+        print(f"{path}: refused, nothing applied:", file=sys.stderr)
+        for error in exc.errors:
+            print(f"  {error}", file=sys.stderr)
+        return 1
+    print(f"{path}: applied {counts['models']} models, {counts['profiles']} profiles, {counts['engines']} engines")
+    return 0
+
+
 def worker_command(concurrency: int) -> int:
     """With a broker, a real Celery worker with beat. In the embedded
     default there is no broker: run the same beat schedule in this

@@ -2,6 +2,7 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from llmgw.inventory.api import agent_views
+from llmgw.catalog.api.views import ModelViewSet
 from llmgw.inventory.api.views import NodeViewSet
 
 
@@ -17,6 +18,7 @@ class OptionalSlashRouter(SimpleRouter):
 
 router = OptionalSlashRouter()
 router.register("nodes", NodeViewSet, basename="node")
+router.register("models", ModelViewSet, basename="model")
 
 agent_urlpatterns = [
     path("join", agent_views.JoinView.as_view(), name="agent-join"),

@@ -1,0 +1,81 @@
+"""The model API: the catalog, held counts, placement's explanations."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from llmgw.catalog import services as catalog
+from llmgw.catalog.api.serializers import CountsSerializer, ModelSerializer, ResourcesSerializer
+from llmgw.catalog.loader import CatalogError
+from llmgw.catalog.models import Model
+from llmgw.placement import services as placement
+from llmgw.serving import services as serving
+
+
+class ModelViewSet(viewsets.GenericViewSet):
+    serializer_class = ModelSerializer
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+
+    def get_queryset(self) -> QuerySet[Model]:
+        return Model.objects.prefetch_related("profiles", "replicas__profile", "replicas__shards__node")
+
+    def list(self, request: Request) -> Response:
+        return Response(self.get_serializer(self.get_queryset(), many=True).data)
+
+    def retrieve(self, request: Request, name: str) -> Response:
+        data = dict(self.get_serializer(self.get_object()).data)
+        data["headroom"] = placement.headroom(name)
+        return Response(data)
+
+    @extend_schema(request=CountsSerializer, responses=ModelSerializer)
+    def partial_update(self, request: Request, name: str) -> Response:
+        body = CountsSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        self.get_object()
+        try:
+            serving.set_counts(name, body.validated_data.get("always_running"), body.validated_data.get("under_load"))
+        except serving.CountRefused as refused:
+            return Response({"detail": str(refused), "explanation": refused.explanation},
+                            status=status.HTTP_409_CONFLICT)
+        return self.retrieve(request, name)
+
+    @extend_schema(responses=serializers.DictField())
+    @action(detail=True, methods=["get"])
+    def explain(self, request: Request, name: str) -> Response:
+        self.get_object()
+        return Response(placement.explain(name))
+
+    @extend_schema(responses=serializers.DictField())
+    @action(detail=True, methods=["get"])
+    def headroom(self, request: Request, name: str) -> Response:
+        self.get_object()
+        return Response({"model": name, "headroom": placement.headroom(name)})
+
+    @extend_schema(request=None, responses=serializers.DictField())
+    @action(detail=True, methods=["post"])
+    def place(self, request: Request, name: str) -> Response:
+        """Place one more replica now (the reconciler does this for held models)."""
+        self.get_object()
+        replica, result = placement.place_replica(name)
+        data = placement.explanation_data(result)
+        code = status.HTTP_201_CREATED if replica else status.HTTP_409_CONFLICT
+        return Response({**data, "replica": replica.pk if replica else None}, status=code)
+
+    @extend_schema(request=ResourcesSerializer, responses=ModelSerializer)
+    @action(detail=True, methods=["post"])
+    def resources(self, request: Request, name: str) -> Response:
+        body = ResourcesSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        self.get_object()
+        try:
+            catalog.set_resources(name, body.validated_data.get("memory_gb"),
+                                  body.validated_data.get("cpu_cores"), body.validated_data.get("profile"))
+        except CatalogError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(self.get_serializer(self.get_queryset().get(name=name)).data)

@@ -1,0 +1,209 @@
+"""Read server.yaml (`models:` and `engines:`) into plain data, or refuse it.
+
+Every error names the line and the key path, and all of them are reported
+at once: an operator fixing a file one error per run learns to stop using
+the tool. Nothing is applied from a file with any error (services.apply).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,254}$")
+
+
+class CatalogError(Exception):
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+@dataclass
+class Parsed:
+    engines: list[dict[str, Any]] = field(default_factory=list)
+    models: list[dict[str, Any]] = field(default_factory=list)
+    # "models[0].profiles[1]" -> line, for errors found after parsing.
+    lines: dict[str, int] = field(default_factory=dict)
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.lines: dict[str, int] = {}
+
+    def error(self, node: yaml.Node, path: str, message: str) -> None:
+        self.errors.append(f"line {node.start_mark.line + 1}: {path}: {message}")
+
+    def mapping(self, node: yaml.Node, path: str, keys: dict[str, str], required: set[str]) -> dict[str, Any]:
+        """keys: name -> kind (str, int, number, bool, list[str], map[str], any)."""
+        if not isinstance(node, yaml.MappingNode):
+            self.error(node, path, "expected a mapping")
+            return {}
+        self.lines[path] = node.start_mark.line + 1
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            where = f"{path}.{key}" if path else key
+            if key not in keys:
+                self.error(key_node, where, f"unknown key (expected one of: {', '.join(sorted(keys))})")
+                continue
+            if key in out:
+                self.error(key_node, where, "given twice")
+                continue
+            value = self.scalar(value_node, where, keys[key])
+            if value is not _BAD:
+                out[key] = value
+        present = {key_node.value for key_node, _ in node.value}
+        for key in sorted(required - present):
+            self.error(node, f"{path}.{key}" if path else key, "is required")
+        return out
+
+    def scalar(self, node: yaml.Node, path: str, kind: str) -> Any:
+        if kind == "node":
+            return node
+        if kind == "list[str]":
+            if not isinstance(node, yaml.SequenceNode):
+                self.error(node, path, "expected a list")
+                return _BAD
+            return [self.scalar(item, f"{path}[{i}]", "str") for i, item in enumerate(node.value)]
+        if kind == "map[str]":
+            if not isinstance(node, yaml.MappingNode):
+                self.error(node, path, "expected a mapping of strings")
+                return _BAD
+            return {k.value: self.scalar(v, f"{path}.{k.value}", "str") for k, v in node.value}
+        if not isinstance(node, yaml.ScalarNode):
+            self.error(node, path, f"expected {_KINDS[kind]}")
+            return _BAD
+        value = yaml.safe_load(yaml.serialize(node))
+        ok = {
+            "str": isinstance(value, str | int | float) and not isinstance(value, bool),
+            "int": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+            "number": isinstance(value, int | float) and not isinstance(value, bool) and value >= 0,
+            "bool": isinstance(value, bool),
+            "signed": isinstance(value, int) and not isinstance(value, bool),
+        }[kind]
+        if not ok:
+            self.error(node, path, f"expected {_KINDS[kind]}, got {node.value!r}")
+            return _BAD
+        return str(value) if kind == "str" else value
+
+
+_BAD = object()
+_KINDS = {
+    "str": "a string", "int": "a whole number of zero or more", "number": "a number of zero or more",
+    "bool": "true or false", "signed": "a whole number", "list[str]": "a list", "map[str]": "a mapping",
+}
+TOP = {"engines": "node", "models": "node"}
+ENGINE = {"version": "str", "builds": "node", "default": "bool"}
+BUILD = {"url": "str", "sha256": "str"}
+MODEL = {"name": "str", "source": "str", "weights": "str", "always_running": "int", "under_load": "int",
+         "profiles": "node"}
+PROFILE = {
+    "name": "str", "priority": "signed", "gpu_class": "str", "gpus_per_shard": "int",
+    "tensor_parallel": "int", "nodes_per_replica": "int", "min_memory_gb": "number",
+    "memory_gb": "number", "cpu_cores": "int", "engine": "str", "engine_version": "str",
+    "args": "list[str]", "node_selector": "map[str]", "fabric": "str",
+}
+
+
+def parse(text: str) -> Parsed:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "file"
+        raise CatalogError([f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
+    r = _Reader()
+    if root is None:
+        raise CatalogError(["file: empty; expected models: and/or engines:"])
+    top = r.mapping(root, "", TOP, set())
+    parsed = Parsed()
+    if "engines" in top:
+        parsed.engines = _engines(r, top["engines"])
+    if "models" in top:
+        node = top["models"]
+        if not isinstance(node, yaml.SequenceNode):
+            r.error(node, "models", "expected a list of models")
+        else:
+            parsed.models = [_model(r, item, f"models[{i}]") for i, item in enumerate(node.value)]
+    _unique(r, root, parsed.models, "models", "name")
+    if r.errors:
+        raise CatalogError(r.errors)
+    parsed.lines = r.lines
+    return parsed
+
+
+def _engines(r: _Reader, node: yaml.Node) -> list[dict[str, Any]]:
+    if not isinstance(node, yaml.MappingNode):
+        r.error(node, "engines", "expected a mapping of engine name to its version and builds")
+        return []
+    engines = []
+    for name_node, spec_node in node.value:
+        path = f"engines.{name_node.value}"
+        spec = r.mapping(spec_node, path, ENGINE, {"version"})
+        builds = {}
+        if isinstance(spec.get("builds"), yaml.MappingNode):
+            for platform_node, build_node in spec["builds"].value:
+                where = f"{path}.builds.{platform_node.value}"
+                build = r.mapping(build_node, where, BUILD, {"url", "sha256"})
+                if "sha256" in build and not SHA256.match(build["sha256"].lower()):
+                    r.error(build_node, f"{where}.sha256", "expected 64 hexadecimal digits")
+                if "url" in build and not build["url"].startswith(("https://", "http://", "file://")):
+                    r.error(build_node, f"{where}.url", "expected an http(s):// or file:// URL")
+                builds[platform_node.value] = {k: v.lower() if k == "sha256" else v for k, v in build.items()}
+        elif "builds" in spec:
+            r.error(spec["builds"], f"{path}.builds", "expected a mapping of platform to url and sha256")
+        engines.append({"name": name_node.value, "version": spec.get("version", ""),
+                        "builds": builds, "default": spec.get("default", False)})
+    return engines
+
+
+def _model(r: _Reader, node: yaml.Node, path: str) -> dict[str, Any]:
+    model = r.mapping(node, path, MODEL, {"name", "source", "profiles"})
+    if "name" in model and not NAME.match(model["name"]):
+        r.error(node, f"{path}.name", "use letters, digits and . _ : / - only")
+    profiles_node = model.pop("profiles", None)
+    model["profiles"] = []
+    if profiles_node is not None:
+        if not isinstance(profiles_node, yaml.SequenceNode) or not profiles_node.value:
+            r.error(profiles_node, f"{path}.profiles", "expected a list of at least one profile")
+        else:
+            model["profiles"] = [
+                _profile(r, item, f"{path}.profiles[{i}]") for i, item in enumerate(profiles_node.value)
+            ]
+            _unique(r, profiles_node, model["profiles"], f"{path}.profiles", "name")
+    if model.get("under_load", 0) and model["under_load"] < model.get("always_running", 0):
+        r.error(node, f"{path}.under_load", "is below always_running; it is the most replicas under load")
+    return model
+
+
+def _profile(r: _Reader, node: yaml.Node, path: str) -> dict[str, Any]:
+    p = r.mapping(node, path, PROFILE, {"name"})
+    p["_line"] = node.start_mark.line + 1
+    p["_path"] = path
+    gpu = p.get("gpu_class", "")
+    if gpu:
+        p.setdefault("gpus_per_shard", 1)
+        if p["gpus_per_shard"] < 1:
+            r.error(node, f"{path}.gpus_per_shard", "a GPU profile needs at least 1 GPU per shard")
+    elif p.get("gpus_per_shard"):
+        r.error(node, f"{path}.gpus_per_shard", "GPUs without a gpu_class; name the class the GPUs must be")
+    for key in ("tensor_parallel", "nodes_per_replica"):
+        if key in p and p[key] < 1:
+            r.error(node, f"{path}.{key}", "must be at least 1")
+    return p
+
+
+def _unique(r: _Reader, node: yaml.Node, items: list[dict[str, Any]], path: str, key: str) -> None:
+    seen: set[str] = set()
+    for item in items:
+        value = item.get(key)
+        if value in seen:
+            r.error(node, path, f"{key} {value!r} appears twice")
+        if value is not None:
+            seen.add(value)

@@ -1,0 +1,73 @@
+"""What can be run: models, the profiles they can run as, and the engines."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Model(models.Model):
+    name = models.CharField(max_length=255, unique=True)
+    # Where the weights come from (hf://org/repo, s3://..., a path); what
+    # nodes report holding is matched by name.
+    source = models.CharField(max_length=1024)
+    # Which weights exactly: a file name, revision or digest.
+    weights = models.CharField(max_length=1024, blank=True, default="")
+    # Held counts: kept running always, and allowed up to while loaded.
+    always_running = models.PositiveIntegerField(default=0)
+    under_load = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Profile(models.Model):
+    model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="profiles")
+    name = models.CharField(max_length=100)
+    priority = models.IntegerField(default=0)
+    # Empty: a CPU profile.
+    gpu_class = models.CharField(max_length=64, blank=True, default="")
+    gpus_per_shard = models.PositiveIntegerField(default=0)
+    tensor_parallel = models.PositiveIntegerField(default=1)
+    nodes_per_replica = models.PositiveIntegerField(default=1)
+    min_memory_gb = models.FloatField(default=0)
+    # Declared claim on the node's memory; 0 is "nobody said" and claims nothing.
+    memory_gb = models.FloatField(default=0)
+    cpu_cores = models.PositiveIntegerField(default=0)
+    engine = models.CharField(max_length=64, default="llama.cpp")
+    engine_version = models.CharField(max_length=64, blank=True, default="")
+    args = models.JSONField(default=list, blank=True)
+    node_selector = models.JSONField(default=dict, blank=True)
+    fabric = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        ordering = ["model", "-priority", "name"]
+        constraints = [models.UniqueConstraint(fields=["model", "name"], name="one_profile_name_per_model")]
+
+    def __str__(self) -> str:
+        return f"{self.model.name}/{self.name}"
+
+    @property
+    def is_cpu(self) -> bool:
+        return not self.gpu_class
+
+
+class Engine(models.Model):
+    """An engine build the control plane asks nodes to converge on."""
+
+    name = models.CharField(max_length=64)
+    version = models.CharField(max_length=64)
+    # Platform ("ubuntu-x64", "ubuntu-x64-cuda-12.4", ...) -> {url, sha256}.
+    builds = models.JSONField(default=dict, blank=True)
+    default = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["name", "version"]
+        constraints = [models.UniqueConstraint(fields=["name", "version"], name="one_engine_version")]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.version}"

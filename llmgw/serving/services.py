@@ -1,0 +1,61 @@
+"""Held counts and replica bookkeeping."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from llmgw.catalog.models import Model
+from llmgw.placement import scheduler
+from llmgw.placement.services import PlacementError, explanation_data
+from llmgw.placement.snapshot import node_views, profile_view
+
+
+class CountRefused(Exception):
+    def __init__(self, message: str, explanation: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.explanation = explanation
+
+
+def room_for(model: Model, wanted: int) -> tuple[int, dict[str, Any] | None]:
+    """Dry-run placing `wanted` more replicas on a copy of the inventory.
+    Returns how many fit and, when short, the explanation of the first that
+    did not."""
+    inventory = scheduler.Inventory(node_views())
+    profiles = [profile_view(p) for p in model.profiles.all()]
+    for placed in range(wanted):
+        placement = inventory.place(model.name, profiles)
+        if placement.decision is None:
+            return placed, explanation_data(placement)
+        inventory.apply(placement.decision)
+    return wanted, None
+
+
+def set_counts(name: str, always_running: int | None, under_load: int | None) -> Model:
+    """Change a model's held counts. An always_running that placement cannot
+    meet is refused with placement's own reasons, and nothing changes."""
+    with transaction.atomic():
+        try:
+            model = Model.objects.select_for_update().prefetch_related("profiles").get(name=name)
+        except Model.DoesNotExist:
+            raise PlacementError(f"no model named {name!r} in the catalog") from None
+        target_always = model.always_running if always_running is None else always_running
+        target_load = model.under_load if under_load is None else under_load
+        if target_load and target_load < target_always:
+            raise CountRefused(
+                f"under_load {target_load} is below always_running {target_always}; "
+                "under_load is the most replicas to run while loaded", {},
+            )
+        missing = target_always - model.replicas.count()
+        if missing > 0:
+            fits, explanation = room_for(model, missing)
+            if fits < missing:
+                raise CountRefused(
+                    f"always_running {target_always} cannot be met: {model.replicas.count()} running, "
+                    f"room for {fits} more, {missing} needed", explanation or {},
+                )
+        model.always_running, model.under_load = target_always, target_load
+        model.save(update_fields=["always_running", "under_load", "updated_at"])
+        return model
+
