@@ -39,7 +39,9 @@ class _Reader:
     def error(self, node: yaml.Node, path: str, message: str) -> None:
         self.errors.append(f"line {node.start_mark.line + 1}: {path}: {message}")
 
-    def mapping(self, node: yaml.Node, path: str, keys: dict[str, str], required: set[str]) -> dict[str, Any]:
+    def mapping(
+        self, node: yaml.Node, path: str, keys: dict[str, str], required: set[str]
+    ) -> dict[str, Any]:
         """keys: name -> kind (str, int, number, bool, list[str], map[str], any)."""
         if not isinstance(node, yaml.MappingNode):
             self.error(node, path, "expected a mapping")
@@ -50,7 +52,9 @@ class _Reader:
             key = key_node.value
             where = f"{path}.{key}" if path else key
             if key not in keys:
-                self.error(key_node, where, f"unknown key (expected one of: {', '.join(sorted(keys))})")
+                self.error(
+                    key_node, where, f"unknown key (expected one of: {', '.join(sorted(keys))})"
+                )
                 continue
             if key in out:
                 self.error(key_node, where, "given twice")
@@ -95,19 +99,40 @@ class _Reader:
 
 _BAD = object()
 _KINDS = {
-    "str": "a string", "int": "a whole number of zero or more", "number": "a number of zero or more",
-    "bool": "true or false", "signed": "a whole number", "list[str]": "a list", "map[str]": "a mapping",
+    "str": "a string",
+    "int": "a whole number of zero or more",
+    "number": "a number of zero or more",
+    "bool": "true or false",
+    "signed": "a whole number",
+    "list[str]": "a list",
+    "map[str]": "a mapping",
 }
 TOP = {"engines": "node", "models": "node"}
 ENGINE = {"version": "str", "builds": "node", "default": "bool"}
 BUILD = {"url": "str", "sha256": "str"}
-MODEL = {"name": "str", "source": "str", "weights": "str", "always_running": "int", "under_load": "int",
-         "profiles": "node"}
+MODEL = {
+    "name": "str",
+    "source": "str",
+    "weights": "str",
+    "always_running": "int",
+    "under_load": "int",
+    "profiles": "node",
+}
 PROFILE = {
-    "name": "str", "priority": "signed", "gpu_class": "str", "gpus_per_shard": "int",
-    "tensor_parallel": "int", "nodes_per_replica": "int", "min_memory_gb": "number",
-    "memory_gb": "number", "cpu_cores": "int", "engine": "str", "engine_version": "str",
-    "args": "list[str]", "node_selector": "map[str]", "fabric": "str",
+    "name": "str",
+    "priority": "signed",
+    "gpu_class": "str",
+    "gpus_per_shard": "int",
+    "tensor_parallel": "int",
+    "nodes_per_replica": "int",
+    "min_memory_gb": "number",
+    "memory_gb": "number",
+    "cpu_cores": "int",
+    "engine": "str",
+    "engine_version": "str",
+    "args": "list[str]",
+    "node_selector": "map[str]",
+    "fabric": "str",
 }
 
 
@@ -153,13 +178,25 @@ def _engines(r: _Reader, node: yaml.Node) -> list[dict[str, Any]]:
                 build = r.mapping(build_node, where, BUILD, {"url", "sha256"})
                 if "sha256" in build and not SHA256.match(build["sha256"].lower()):
                     r.error(build_node, f"{where}.sha256", "expected 64 hexadecimal digits")
-                if "url" in build and not build["url"].startswith(("https://", "http://", "file://")):
+                if "url" in build and not build["url"].startswith(
+                    ("https://", "http://", "file://")
+                ):
                     r.error(build_node, f"{where}.url", "expected an http(s):// or file:// URL")
-                builds[platform_node.value] = {k: v.lower() if k == "sha256" else v for k, v in build.items()}
+                builds[platform_node.value] = {
+                    k: v.lower() if k == "sha256" else v for k, v in build.items()
+                }
         elif "builds" in spec:
-            r.error(spec["builds"], f"{path}.builds", "expected a mapping of platform to url and sha256")
-        engines.append({"name": name_node.value, "version": spec.get("version", ""),
-                        "builds": builds, "default": spec.get("default", False)})
+            r.error(
+                spec["builds"], f"{path}.builds", "expected a mapping of platform to url and sha256"
+            )
+        engines.append(
+            {
+                "name": name_node.value,
+                "version": spec.get("version", ""),
+                "builds": builds,
+                "default": spec.get("default", False),
+            }
+        )
     return engines
 
 
@@ -174,11 +211,16 @@ def _model(r: _Reader, node: yaml.Node, path: str) -> dict[str, Any]:
             r.error(profiles_node, f"{path}.profiles", "expected a list of at least one profile")
         else:
             model["profiles"] = [
-                _profile(r, item, f"{path}.profiles[{i}]") for i, item in enumerate(profiles_node.value)
+                _profile(r, item, f"{path}.profiles[{i}]")
+                for i, item in enumerate(profiles_node.value)
             ]
             _unique(r, profiles_node, model["profiles"], f"{path}.profiles", "name")
     if model.get("under_load", 0) and model["under_load"] < model.get("always_running", 0):
-        r.error(node, f"{path}.under_load", "is below always_running; it is the most replicas under load")
+        r.error(
+            node,
+            f"{path}.under_load",
+            "is below always_running; it is the most replicas under load",
+        )
     return model
 
 
@@ -192,7 +234,11 @@ def _profile(r: _Reader, node: yaml.Node, path: str) -> dict[str, Any]:
         if p["gpus_per_shard"] < 1:
             r.error(node, f"{path}.gpus_per_shard", "a GPU profile needs at least 1 GPU per shard")
     elif p.get("gpus_per_shard"):
-        r.error(node, f"{path}.gpus_per_shard", "GPUs without a gpu_class; name the class the GPUs must be")
+        r.error(
+            node,
+            f"{path}.gpus_per_shard",
+            "GPUs without a gpu_class; name the class the GPUs must be",
+        )
     for key in ("tensor_parallel", "nodes_per_replica"):
         if key in p and p[key] < 1:
             r.error(node, f"{path}.{key}", "must be at least 1")

@@ -46,7 +46,9 @@ class Profile(models.Model):
 
     class Meta:
         ordering = ["model", "-priority", "name"]
-        constraints = [models.UniqueConstraint(fields=["model", "name"], name="one_profile_name_per_model")]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "name"], name="one_profile_name_per_model")
+        ]
 
     def __str__(self) -> str:
         return f"{self.model.name}/{self.name}"
@@ -67,7 +69,9 @@ class Engine(models.Model):
 
     class Meta:
         ordering = ["name", "version"]
-        constraints = [models.UniqueConstraint(fields=["name", "version"], name="one_engine_version")]
+        constraints = [
+            models.UniqueConstraint(fields=["name", "version"], name="one_engine_version")
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} {self.version}"

@@ -18,8 +18,14 @@ DEFAULT_ENGINE = "llama.cpp"
 def check(parsed: Parsed) -> list[str]:
     """Rules that need the database: which models are new, which engines exist."""
     errors: list[str] = []
-    stored = set(Model.objects.filter(name__in=[m["name"] for m in parsed.models]).values_list("name", flat=True))
-    engines = {e["name"] for e in parsed.engines} | set(Engine.objects.values_list("name", flat=True))
+    stored = set(
+        Model.objects.filter(name__in=[m["name"] for m in parsed.models]).values_list(
+            "name", flat=True
+        )
+    )
+    engines = {e["name"] for e in parsed.engines} | set(
+        Engine.objects.values_list("name", flat=True)
+    )
     engines |= {DEFAULT_ENGINE, "vllm", "sglang"}
     in_use = _profiles_in_use([m["name"] for m in parsed.models])
     for model in parsed.models:
@@ -36,9 +42,13 @@ def check(parsed: Parsed) -> list[str]:
             if model["name"] not in stored and not p.get("gpu_class") and not p.get("memory_gb"):
                 # Seed 990d82d801: a CPU model with no memory figure claims
                 # nothing, and placement would stack them until the OOM killer.
-                errors.append(f"{where}.memory_gb: a new CPU model must declare the memory it needs")
+                errors.append(
+                    f"{where}.memory_gb: a new CPU model must declare the memory it needs"
+                )
             if p.get("engine", DEFAULT_ENGINE) not in engines:
-                errors.append(f"{where}.engine: unknown engine {p['engine']!r}; declare it under engines:")
+                errors.append(
+                    f"{where}.engine: unknown engine {p['engine']!r}; declare it under engines:"
+                )
     return errors
 
 
@@ -46,7 +56,9 @@ def _profiles_in_use(models: list[str]) -> dict[str, dict[str, int]]:
     from django.db.models import Count
 
     used: dict[str, dict[str, int]] = {}
-    rows = Profile.objects.filter(model__name__in=models).annotate(n=Count("replicas")).filter(n__gt=0)
+    rows = (
+        Profile.objects.filter(model__name__in=models).annotate(n=Count("replicas")).filter(n__gt=0)
+    )
     for row in rows.select_related("model"):
         used.setdefault(row.model.name, {})[row.name] = row.n
     return used
@@ -74,7 +86,8 @@ def apply(parsed: Parsed) -> dict[str, int]:
         if spec["default"]:
             Engine.objects.filter(name=spec["name"]).update(default=False)
         Engine.objects.update_or_create(
-            name=spec["name"], version=spec["version"],
+            name=spec["name"],
+            version=spec["version"],
             defaults={"builds": spec["builds"], "default": spec["default"]},
         )
     profiles = 0
@@ -82,14 +95,18 @@ def apply(parsed: Parsed) -> dict[str, int]:
         model, _ = Model.objects.update_or_create(
             name=spec["name"],
             defaults={
-                "source": spec["source"], "weights": spec.get("weights", ""),
-                "always_running": spec.get("always_running", 0), "under_load": spec.get("under_load", 0),
+                "source": spec["source"],
+                "weights": spec.get("weights", ""),
+                "always_running": spec.get("always_running", 0),
+                "under_load": spec.get("under_load", 0),
             },
         )
         names = []
         for p in spec["profiles"]:
             names.append(p["name"])
-            Profile.objects.update_or_create(model=model, name=p["name"], defaults=_profile_fields(p))
+            Profile.objects.update_or_create(
+                model=model, name=p["name"], defaults=_profile_fields(p)
+            )
             profiles += 1
         model.profiles.exclude(name__in=names).delete()
     return {"engines": len(parsed.engines), "models": len(parsed.models), "profiles": profiles}
@@ -115,14 +132,18 @@ def _profile_fields(p: dict[str, Any]) -> dict[str, Any]:
 
 
 @transaction.atomic
-def set_resources(model_name: str, memory_gb: float | None, cpu_cores: int | None, profile: str | None = None) -> list[Profile]:
+def set_resources(
+    model_name: str, memory_gb: float | None, cpu_cores: int | None, profile: str | None = None
+) -> list[Profile]:
     """`llmgw ctl model resources`: set a stored model's declared memory and
     cores (all its profiles, or one)."""
     profiles = list(Profile.objects.select_for_update().filter(model__name=model_name))
     if profile:
         profiles = [p for p in profiles if p.name == profile]
     if not profiles:
-        raise CatalogError([f"no model {model_name!r}" + (f" with profile {profile!r}" if profile else "")])
+        raise CatalogError(
+            [f"no model {model_name!r}" + (f" with profile {profile!r}" if profile else "")]
+        )
     for p in profiles:
         if memory_gb is not None:
             p.memory_gb = memory_gb

@@ -26,11 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("ctl", help="talk to the REST API (see `llmgw ctl --help`)", add_help=False)
     node = sub.add_parser("node", help="add or revoke a node's identity")
     node_sub = node.add_subparsers(dest="action", required=True)
-    node_sub.add_parser("add", help="create a node and print its one-time join token").add_argument("name")
+    node_sub.add_parser("add", help="create a node and print its one-time join token").add_argument(
+        "name"
+    )
     node_sub.add_parser("revoke", help="revoke a node's credential").add_argument("name")
     catalog = sub.add_parser("catalog", help="load models, profiles and engines")
     catalog_sub = catalog.add_subparsers(dest="action", required=True)
-    catalog_sub.add_parser("apply", help="apply server.yaml whole, or refuse it whole").add_argument("file")
+    catalog_sub.add_parser(
+        "apply", help="apply server.yaml whole, or refuse it whole"
+    ).add_argument("file")
     fabric = sub.add_parser("fabric", help="InfiniBand fabric tools", add_help=False)
     fabric.add_argument("rest", nargs=argparse.REMAINDER)
     sim = sub.add_parser("simulate", help="run simulated agents against the control plane")
@@ -38,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     sim.add_argument("--server", default=os.environ.get("LLMGW_URL", "http://127.0.0.1:8000"))
     sim.add_argument("--interval", type=float, default=10.0, help="heartbeat interval in seconds")
     sim.add_argument("--prefix", default="sim")
-    sim.add_argument("--once", action="store_true", help="register and send one heartbeat each, then exit")
+    sim.add_argument(
+        "--once", action="store_true", help="register and send one heartbeat each, then exit"
+    )
     worker = sub.add_parser("worker", help="run the background worker and its schedule")
     worker.add_argument("--concurrency", type=int, default=1)
 

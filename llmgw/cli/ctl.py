@@ -39,9 +39,17 @@ def config() -> tuple[str, str]:
 
 class Api:
     def __init__(self, url: str, token: str) -> None:
-        self.client = httpx.Client(base_url=url, headers={"Authorization": f"Token {token}"}, timeout=30)
+        self.client = httpx.Client(
+            base_url=url, headers={"Authorization": f"Token {token}"}, timeout=30
+        )
 
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None, accept: tuple[int, ...] = ()) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        accept: tuple[int, ...] = (),
+    ) -> Any:
         try:
             response = self.client.request(method, path, json=body)
         except httpx.HTTPError as exc:
@@ -83,7 +91,9 @@ def free_of_total(disk: dict[str, int] | None) -> str:
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return "\n".join(lines)
@@ -95,8 +105,15 @@ def node_row(node: dict[str, Any]) -> list[str]:
     gpu_text = f"{len(gpus)}x{gpus[0]['gpu_class'] or '?'}" if gpus else DASH
     labels = ",".join(f"{k}={v}" for k, v in sorted((node.get("labels") or {}).items())) or DASH
     cpus = DASH if node.get("cpus") is None else str(node["cpus"])
-    return [node["name"], state, cpus, human_bytes(node.get("memory_total_bytes")),
-            free_of_total(node.get("disk_local")), gpu_text, labels]
+    return [
+        node["name"],
+        state,
+        cpus,
+        human_bytes(node.get("memory_total_bytes")),
+        free_of_total(node.get("disk_local")),
+        gpu_text,
+        labels,
+    ]
 
 
 NODE_HEADERS = ["NAME", "STATE", "CPUS", "MEM", "DISK", "GPUS", "LABELS"]
@@ -115,12 +132,23 @@ def cmd_node(api: Api, args: argparse.Namespace) -> str:
         return json.dumps(node, indent=2)
     lines = [table(NODE_HEADERS, [node_row(node)]), ""]
     if node["cordoned"]:
-        lines.append(f"cordoned by {node['cordoned_by']} at {node['cordoned_at']}: {node['cordon_reason']}")
-    lines.append(f"agent {node.get('agent_version') or DASH}, last heartbeat {node.get('last_heartbeat_at') or DASH}")
+        lines.append(
+            f"cordoned by {node['cordoned_by']} at {node['cordoned_at']}: {node['cordon_reason']}"
+        )
+    lines.append(
+        f"agent {node.get('agent_version') or DASH}, last heartbeat {node.get('last_heartbeat_at') or DASH}"
+    )
     fs = node.get("filesystems") or []
     if fs:
-        rows = [[f["mount"], f["fstype"], "shared" if f["shared"] else "local",
-                 f"{human_bytes(f['free_bytes'])}/{human_bytes(f['total_bytes'])}"] for f in fs]
+        rows = [
+            [
+                f["mount"],
+                f["fstype"],
+                "shared" if f["shared"] else "local",
+                f"{human_bytes(f['free_bytes'])}/{human_bytes(f['total_bytes'])}",
+            ]
+            for f in fs
+        ]
         lines += ["", table(["MOUNT", "TYPE", "KIND", "FREE/TOTAL"], rows)]
     else:
         lines.append("filesystems: - (not reported)")
@@ -163,7 +191,11 @@ def cmd_status(api: Api, args: argparse.Namespace) -> str:
     lines = [
         f"nodes     {len(nodes)} ({ready} Ready, {len(nodes) - ready} NotReady, {cordoned} cordoned)",
         f"cpus      {sum(n['cpus'] for n in nodes if n.get('cpus') is not None)}"
-        + (f" ({sum(1 for n in nodes if n.get('cpus') is None)} nodes did not say)" if any(n.get('cpus') is None for n in nodes) else ""),
+        + (
+            f" ({sum(1 for n in nodes if n.get('cpus') is None)} nodes did not say)"
+            if any(n.get("cpus") is None for n in nodes)
+            else ""
+        ),
         f"memory    {human_bytes(sum(known_mem)) if known_mem else DASH}",
         "gpus      " + (", ".join(f"{count}x{cls}" for cls, count in sorted(gpus.items())) or DASH),
     ]
@@ -172,7 +204,10 @@ def cmd_status(api: Api, args: argparse.Namespace) -> str:
         for h in n.get("holdings") or []:
             holders.setdefault(h["model_name"], set()).add(n["name"])
     if holders:
-        lines.append("weights   " + ", ".join(f"{m} on {len(ns)} node(s)" for m, ns in sorted(holders.items())))
+        lines.append(
+            "weights   "
+            + ", ".join(f"{m} on {len(ns)} node(s)" for m, ns in sorted(holders.items()))
+        )
     return "\n".join(lines)
 
 
@@ -182,7 +217,15 @@ def cmd_models(api: Api, args: argparse.Namespace) -> str:
     for m in models:
         ready = sum(1 for r in m["replicas"] if r["state"] == "ready")
         profiles = ",".join(p["name"] for p in m["profiles"]) or DASH
-        rows.append([m["name"], f"{ready}/{len(m['replicas'])}", str(m["always_running"]), str(m["under_load"]), profiles])
+        rows.append(
+            [
+                m["name"],
+                f"{ready}/{len(m['replicas'])}",
+                str(m["always_running"]),
+                str(m["under_load"]),
+                profiles,
+            ]
+        )
     return table(["MODEL", "READY/REPLICAS", "ALWAYS", "UNDER_LOAD", "PROFILES"], rows)
 
 
@@ -197,15 +240,19 @@ def render_explanation(data: dict[str, Any]) -> str:
         for s in decision["shards"]:
             gpus = ",".join(str(g) for g in s["gpus"]) or DASH
             extra = f" adapters {','.join(s['adapters'])}" if s["adapters"] else ""
-            lines.append(f"  {s['node']}: GPUs {gpus}, {s['cpu_cores']} cores, "
-                         f"{s['memory_bytes'] / 1e9:g} GB{extra}")
+            lines.append(
+                f"  {s['node']}: GPUs {gpus}, {s['cpu_cores']} cores, "
+                f"{s['memory_bytes'] / 1e9:g} GB{extra}"
+            )
     else:
         lines.append(f"{data['model']}: cannot be placed")
     for attempt in data.get("attempts", []):
         verdict = "placed" if attempt["placed"] else "does not fit"
         lines.append(f"profile {attempt['profile']} (priority {attempt['priority']}): {verdict}")
         for reason in attempt["reasons"]:
-            lines.append(f"  {reason['summary']} ({reason['count']} node{'s' if reason['count'] != 1 else ''}):")
+            lines.append(
+                f"  {reason['summary']} ({reason['count']} node{'s' if reason['count'] != 1 else ''}):"
+            )
             lines.extend(f"    {n['message']}" for n in reason["nodes"])
     return "\n".join(lines)
 
@@ -217,7 +264,9 @@ def cmd_explain(api: Api, args: argparse.Namespace) -> str:
 
 def cmd_headroom(api: Api, args: argparse.Namespace) -> str:
     data = api.call("GET", f"/api/v1/models/{args.model}/headroom")
-    return table(["PROFILE", "MORE_REPLICAS_FIT"], [[p, str(n)] for p, n in data["headroom"].items()])
+    return table(
+        ["PROFILE", "MORE_REPLICAS_FIT"], [[p, str(n)] for p, n in data["headroom"].items()]
+    )
 
 
 def cmd_place(api: Api, args: argparse.Namespace) -> str:
@@ -231,9 +280,15 @@ def cmd_model(api: Api, args: argparse.Namespace) -> str:
     if args.action == "resources":
         body = {"memory_gb": args.memory_gb, "cpu_cores": args.cpu_cores, "profile": args.profile}
         model = api.call("POST", f"/api/v1/models/{args.model}/resources", body)
-        return "\n".join(f"{model['name']}/{p['name']}: memory {p['memory_gb']:g} GB, {p['cpu_cores']} cores"
-                         for p in model["profiles"])
-    body = {k: v for k, v in (("always_running", args.always_running), ("under_load", args.under_load)) if v is not None}
+        return "\n".join(
+            f"{model['name']}/{p['name']}: memory {p['memory_gb']:g} GB, {p['cpu_cores']} cores"
+            for p in model["profiles"]
+        )
+    body = {
+        k: v
+        for k, v in (("always_running", args.always_running), ("under_load", args.under_load))
+        if v is not None
+    }
     model = api.call("PATCH", f"/api/v1/models/{args.model}", body)
     return f"{model['name']}: always_running {model['always_running']}, under_load {model['under_load']}"
 
@@ -262,7 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_label)
     p = sub.add_parser("models", help="list models and their replicas")
     p.set_defaults(func=cmd_models)
-    p = sub.add_parser("explain", help="where a model is placed and why every other node was refused")
+    p = sub.add_parser(
+        "explain", help="where a model is placed and why every other node was refused"
+    )
     p.add_argument("model")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_explain)

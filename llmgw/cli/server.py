@@ -19,9 +19,13 @@ def node_command(action: str, name: str) -> int:
     try:
         if action == "add":
             token = services.add_node(name, actor)
-            print(f"node {name} added. Its one-time join token (valid {settings.JOIN_TOKEN_TTL_S // 3600} h):")
+            print(
+                f"node {name} added. Its one-time join token (valid {settings.JOIN_TOKEN_TTL_S // 3600} h):"
+            )
             print(token)
-            print("Put it in the agent's join_token_file; the agent trades it for its own credential.")
+            print(
+                "Put it in the agent's join_token_file; the agent trades it for its own credential."
+            )
         elif action == "revoke":
             services.revoke_node(name, actor)
             print(f"node {name}: credential revoked; its agent is refused from now on")
@@ -44,7 +48,9 @@ def catalog_command(path: str) -> int:
         for error in exc.errors:
             print(f"  {error}", file=sys.stderr)
         return 1
-    print(f"{path}: applied {counts['models']} models, {counts['profiles']} profiles, {counts['engines']} engines")
+    print(
+        f"{path}: applied {counts['models']} models, {counts['profiles']} profiles, {counts['engines']} engines"
+    )
     return 0
 
 
@@ -55,12 +61,23 @@ def worker_command(concurrency: int) -> int:
     if not settings.CELERY_TASK_ALWAYS_EAGER:
         from llmgw.celery import app
 
-        app.worker_main(["worker", "--beat", "--loglevel=INFO", f"--concurrency={concurrency}", "--without-gossip"])
+        app.worker_main(
+            [
+                "worker",
+                "--beat",
+                "--loglevel=INFO",
+                f"--concurrency={concurrency}",
+                "--without-gossip",
+            ]
+        )
         return 0
     from llmgw.celery import app
 
     app.loader.import_default_modules()
-    schedule = {name: (entry["task"], float(entry["schedule"])) for name, entry in settings.CELERY_BEAT_SCHEDULE.items()}
+    schedule = {
+        name: (entry["task"], float(entry["schedule"]))
+        for name, entry in settings.CELERY_BEAT_SCHEDULE.items()
+    }
     due = dict.fromkeys(schedule, 0.0)
     log.info("embedded worker: running %d periodic tasks in-process", len(schedule))
     while True:

@@ -67,8 +67,14 @@ def run(server: str, count: int, interval: float, prefix: str, once: bool) -> in
                 if sim.name not in registered:
                     client.register(sim.registration(interval))
                     registered.add(sim.name)
-                answer = send_latest(client.heartbeat, sim.heartbeat, backoff=backoff, stop=stop,
-                                     max_attempts=1, what=f"{sim.name} heartbeat")
+                answer = send_latest(
+                    client.heartbeat,
+                    sim.heartbeat,
+                    backoff=backoff,
+                    stop=stop,
+                    max_attempts=1,
+                    what=f"{sim.name} heartbeat",
+                )
                 if answer and answer.get("register"):
                     registered.discard(sim.name)
             except AuthError as exc:

@@ -12,6 +12,10 @@ class ReplicaState(models.TextChoices):
     @classmethod
     def colour(cls, value: str) -> str:
         return {
-            "pending": "#8a8f98", "starting": "#4c8dff", "loading": "#4c8dff",
-            "ready": "#2e9e5b", "failed": "#d64541", "stopping": "#e0a526",
+            "pending": "#8a8f98",
+            "starting": "#4c8dff",
+            "loading": "#4c8dff",
+            "ready": "#2e9e5b",
+            "failed": "#d64541",
+            "stopping": "#e0a526",
         }.get(value, "#8a8f98")

@@ -15,8 +15,12 @@ from llmgw.serving.choices import ReplicaState
 
 class Replica(models.Model):
     model = models.ForeignKey("catalog.Model", on_delete=models.CASCADE, related_name="replicas")
-    profile = models.ForeignKey("catalog.Profile", on_delete=models.PROTECT, related_name="replicas")
-    state = models.CharField(max_length=16, choices=ReplicaState.choices, default=ReplicaState.PENDING)
+    profile = models.ForeignKey(
+        "catalog.Profile", on_delete=models.PROTECT, related_name="replicas"
+    )
+    state = models.CharField(
+        max_length=16, choices=ReplicaState.choices, default=ReplicaState.PENDING
+    )
     # "ib-a", "nvlink:<domain>", or "" for a single node.
     fabric = models.CharField(max_length=128, blank=True, default="")
     env = models.JSONField(default=dict, blank=True)
@@ -59,7 +63,9 @@ class GpuClaim(models.Model):
 class PlacementRecord(models.Model):
     """The last placement attempt per model, placed or refused, for explain."""
 
-    model = models.OneToOneField("catalog.Model", on_delete=models.CASCADE, related_name="last_placement")
+    model = models.OneToOneField(
+        "catalog.Model", on_delete=models.CASCADE, related_name="last_placement"
+    )
     at = models.DateTimeField(auto_now=True)
     placed = models.BooleanField()
     explanation = models.JSONField(default=dict)

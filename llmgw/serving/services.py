@@ -45,7 +45,8 @@ def set_counts(name: str, always_running: int | None, under_load: int | None) ->
         if target_load and target_load < target_always:
             raise CountRefused(
                 f"under_load {target_load} is below always_running {target_always}; "
-                "under_load is the most replicas to run while loaded", {},
+                "under_load is the most replicas to run while loaded",
+                {},
             )
         missing = target_always - model.replicas.count()
         if missing > 0:
@@ -53,9 +54,9 @@ def set_counts(name: str, always_running: int | None, under_load: int | None) ->
             if fits < missing:
                 raise CountRefused(
                     f"always_running {target_always} cannot be met: {model.replicas.count()} running, "
-                    f"room for {fits} more, {missing} needed", explanation or {},
+                    f"room for {fits} more, {missing} needed",
+                    explanation or {},
                 )
         model.always_running, model.under_load = target_always, target_load
         model.save(update_fields=["always_running", "under_load", "updated_at"])
         return model
-

@@ -13,9 +13,20 @@ class ProfileSerializer(serializers.ModelSerializer):
     class Meta:
         model = Profile
         fields = [
-            "name", "priority", "gpu_class", "gpus_per_shard", "tensor_parallel", "nodes_per_replica",
-            "min_memory_gb", "memory_gb", "cpu_cores", "engine", "engine_version", "args",
-            "node_selector", "fabric",
+            "name",
+            "priority",
+            "gpu_class",
+            "gpus_per_shard",
+            "tensor_parallel",
+            "nodes_per_replica",
+            "min_memory_gb",
+            "memory_gb",
+            "cpu_cores",
+            "engine",
+            "engine_version",
+            "args",
+            "node_selector",
+            "fabric",
         ]
 
 
@@ -29,8 +40,10 @@ class ReplicaSerializer(serializers.ModelSerializer):
         fields = ["id", "profile", "state", "fabric", "nodes", "created_at", "age_s", "env"]
 
     def get_nodes(self, replica: Replica) -> list[dict[str, Any]]:
-        return [{"node": s.node.name, "rank": s.rank, "gpus": s.gpu_indices, "adapters": s.adapters}
-                for s in replica.shards.all()]
+        return [
+            {"node": s.node.name, "rank": s.rank, "gpus": s.gpu_indices, "adapters": s.adapters}
+            for s in replica.shards.all()
+        ]
 
     def get_age_s(self, replica: Replica) -> float:
         return round((timezone.now() - replica.created_at).total_seconds(), 1)
@@ -42,7 +55,15 @@ class ModelSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Model
-        fields = ["name", "source", "weights", "always_running", "under_load", "profiles", "replicas"]
+        fields = [
+            "name",
+            "source",
+            "weights",
+            "always_running",
+            "under_load",
+            "profiles",
+            "replicas",
+        ]
 
 
 class CountsSerializer(serializers.Serializer):

@@ -23,7 +23,9 @@ class ModelViewSet(viewsets.GenericViewSet):
     lookup_value_regex = "[^/]+"
 
     def get_queryset(self) -> QuerySet[Model]:
-        return Model.objects.prefetch_related("profiles", "replicas__profile", "replicas__shards__node")
+        return Model.objects.prefetch_related(
+            "profiles", "replicas__profile", "replicas__shards__node"
+        )
 
     def list(self, request: Request) -> Response:
         return Response(self.get_serializer(self.get_queryset(), many=True).data)
@@ -39,10 +41,16 @@ class ModelViewSet(viewsets.GenericViewSet):
         body.is_valid(raise_exception=True)
         self.get_object()
         try:
-            serving.set_counts(name, body.validated_data.get("always_running"), body.validated_data.get("under_load"))
+            serving.set_counts(
+                name,
+                body.validated_data.get("always_running"),
+                body.validated_data.get("under_load"),
+            )
         except serving.CountRefused as refused:
-            return Response({"detail": str(refused), "explanation": refused.explanation},
-                            status=status.HTTP_409_CONFLICT)
+            return Response(
+                {"detail": str(refused), "explanation": refused.explanation},
+                status=status.HTTP_409_CONFLICT,
+            )
         return self.retrieve(request, name)
 
     @extend_schema(responses=serializers.DictField())
@@ -74,8 +82,12 @@ class ModelViewSet(viewsets.GenericViewSet):
         body.is_valid(raise_exception=True)
         self.get_object()
         try:
-            catalog.set_resources(name, body.validated_data.get("memory_gb"),
-                                  body.validated_data.get("cpu_cores"), body.validated_data.get("profile"))
+            catalog.set_resources(
+                name,
+                body.validated_data.get("memory_gb"),
+                body.validated_data.get("cpu_cores"),
+                body.validated_data.get("profile"),
+            )
         except CatalogError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
         return Response(self.get_serializer(self.get_queryset().get(name=name)).data)

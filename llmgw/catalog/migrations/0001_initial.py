@@ -5,66 +5,92 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Model',
+            name="Model",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=255, unique=True)),
-                ('source', models.CharField(max_length=1024)),
-                ('weights', models.CharField(blank=True, default='', max_length=1024)),
-                ('always_running', models.PositiveIntegerField(default=0)),
-                ('under_load', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=255, unique=True)),
+                ("source", models.CharField(max_length=1024)),
+                ("weights", models.CharField(blank=True, default="", max_length=1024)),
+                ("always_running", models.PositiveIntegerField(default=0)),
+                ("under_load", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Engine',
+            name="Engine",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=64)),
-                ('version', models.CharField(max_length=64)),
-                ('builds', models.JSONField(blank=True, default=dict)),
-                ('default', models.BooleanField(default=False)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=64)),
+                ("version", models.CharField(max_length=64)),
+                ("builds", models.JSONField(blank=True, default=dict)),
+                ("default", models.BooleanField(default=False)),
             ],
             options={
-                'ordering': ['name', 'version'],
-                'constraints': [models.UniqueConstraint(fields=('name', 'version'), name='one_engine_version')],
+                "ordering": ["name", "version"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("name", "version"), name="one_engine_version")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Profile',
+            name="Profile",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('priority', models.IntegerField(default=0)),
-                ('gpu_class', models.CharField(blank=True, default='', max_length=64)),
-                ('gpus_per_shard', models.PositiveIntegerField(default=0)),
-                ('tensor_parallel', models.PositiveIntegerField(default=1)),
-                ('nodes_per_replica', models.PositiveIntegerField(default=1)),
-                ('min_memory_gb', models.FloatField(default=0)),
-                ('memory_gb', models.FloatField(default=0)),
-                ('cpu_cores', models.PositiveIntegerField(default=0)),
-                ('engine', models.CharField(default='llama.cpp', max_length=64)),
-                ('engine_version', models.CharField(blank=True, default='', max_length=64)),
-                ('args', models.JSONField(blank=True, default=list)),
-                ('node_selector', models.JSONField(blank=True, default=dict)),
-                ('fabric', models.CharField(blank=True, default='', max_length=64)),
-                ('model', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='profiles', to='catalog.model')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                ("priority", models.IntegerField(default=0)),
+                ("gpu_class", models.CharField(blank=True, default="", max_length=64)),
+                ("gpus_per_shard", models.PositiveIntegerField(default=0)),
+                ("tensor_parallel", models.PositiveIntegerField(default=1)),
+                ("nodes_per_replica", models.PositiveIntegerField(default=1)),
+                ("min_memory_gb", models.FloatField(default=0)),
+                ("memory_gb", models.FloatField(default=0)),
+                ("cpu_cores", models.PositiveIntegerField(default=0)),
+                ("engine", models.CharField(default="llama.cpp", max_length=64)),
+                ("engine_version", models.CharField(blank=True, default="", max_length=64)),
+                ("args", models.JSONField(blank=True, default=list)),
+                ("node_selector", models.JSONField(blank=True, default=dict)),
+                ("fabric", models.CharField(blank=True, default="", max_length=64)),
+                (
+                    "model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="profiles",
+                        to="catalog.model",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['model', '-priority', 'name'],
-                'constraints': [models.UniqueConstraint(fields=('model', 'name'), name='one_profile_name_per_model')],
+                "ordering": ["model", "-priority", "name"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("model", "name"), name="one_profile_name_per_model"
+                    )
+                ],
             },
         ),
     ]

@@ -5,66 +5,150 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('catalog', '0001_initial'),
-        ('inventory', '0001_initial'),
+        ("catalog", "0001_initial"),
+        ("inventory", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='PlacementRecord',
+            name="PlacementRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField(auto_now=True)),
-                ('placed', models.BooleanField()),
-                ('explanation', models.JSONField(default=dict)),
-                ('model', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='last_placement', to='catalog.model')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField(auto_now=True)),
+                ("placed", models.BooleanField()),
+                ("explanation", models.JSONField(default=dict)),
+                (
+                    "model",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="last_placement",
+                        to="catalog.model",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Replica',
+            name="Replica",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('state', models.CharField(choices=[('pending', 'pending'), ('starting', 'starting'), ('loading', 'loading'), ('ready', 'ready'), ('failed', 'failed'), ('stopping', 'stopping')], default='pending', max_length=16)),
-                ('fabric', models.CharField(blank=True, default='', max_length=128)),
-                ('env', models.JSONField(blank=True, default=dict)),
-                ('explanation', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('state_changed_at', models.DateTimeField(auto_now_add=True)),
-                ('model', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='replicas', to='catalog.model')),
-                ('profile', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='replicas', to='catalog.profile')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "pending"),
+                            ("starting", "starting"),
+                            ("loading", "loading"),
+                            ("ready", "ready"),
+                            ("failed", "failed"),
+                            ("stopping", "stopping"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("fabric", models.CharField(blank=True, default="", max_length=128)),
+                ("env", models.JSONField(blank=True, default=dict)),
+                ("explanation", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("state_changed_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="replicas",
+                        to="catalog.model",
+                    ),
+                ),
+                (
+                    "profile",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="replicas",
+                        to="catalog.profile",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['model', 'created_at'],
+                "ordering": ["model", "created_at"],
             },
         ),
         migrations.CreateModel(
-            name='Shard',
+            name="Shard",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('rank', models.PositiveSmallIntegerField(default=0)),
-                ('gpu_indices', models.JSONField(blank=True, default=list)),
-                ('adapters', models.JSONField(blank=True, default=list)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='shards', to='inventory.node')),
-                ('replica', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='shards', to='serving.replica')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("rank", models.PositiveSmallIntegerField(default=0)),
+                ("gpu_indices", models.JSONField(blank=True, default=list)),
+                ("adapters", models.JSONField(blank=True, default=list)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="shards",
+                        to="inventory.node",
+                    ),
+                ),
+                (
+                    "replica",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="shards",
+                        to="serving.replica",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['replica', 'rank'],
+                "ordering": ["replica", "rank"],
             },
         ),
         migrations.CreateModel(
-            name='GpuClaim',
+            name="GpuClaim",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveSmallIntegerField()),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='gpu_claims', to='inventory.node')),
-                ('shard', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='gpu_claims', to='serving.shard')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("index", models.PositiveSmallIntegerField()),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="gpu_claims",
+                        to="inventory.node",
+                    ),
+                ),
+                (
+                    "shard",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="gpu_claims",
+                        to="serving.shard",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('node', 'index'), name='one_claim_per_gpu')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("node", "index"), name="one_claim_per_gpu")
+                ],
             },
         ),
     ]

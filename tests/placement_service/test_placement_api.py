@@ -1,0 +1,162 @@
+"""Placement on the stored inventory: explain, headroom, held counts, and
+two workers placing at once on PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from llmgw.catalog import services as catalog
+from llmgw.placement import services as placement
+from llmgw.serving.models import GpuClaim, Replica
+from tests.payloads import heartbeat, registration
+
+GiB = 2**30
+
+CATALOG = """
+models:
+  - name: small-cpu
+    source: hf://x/small
+    profiles:
+      - name: cpu
+        memory_gb: 15
+        cpu_cores: 4
+  - name: huge-cpu
+    source: hf://x/huge
+    profiles:
+      - name: cpu
+        min_memory_gb: 4000
+        memory_gb: 700
+  - name: one-gpu
+    source: hf://x/gpu
+    profiles:
+      - name: gpu
+        gpu_class: H100-80GB
+        gpus_per_shard: 1
+"""
+
+
+def gpus(n: int) -> list[dict]:
+    return [
+        {
+            "index": i,
+            "uuid": f"GPU-{i}",
+            "name": "NVIDIA H100 80GB HBM3",
+            "class": "H100-80GB",
+            "memory_total_bytes": 80 * GiB,
+        }
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def fleet(make_node, agent_client):
+    def add(name: str, memory_gb: float, cpus: int = 64, gpu_count: int = 0) -> None:
+        _, credential = make_node(name)
+        system = {
+            **registration(name)["system"],
+            "memory_total_bytes": int(memory_gb * 10**9),
+            "cpus": cpus,
+        }
+        extra = {"gpus": gpus(gpu_count)} if gpu_count else {}
+        agent_client(credential).post("register", registration(name, system=system, **extra))
+        agent_client(credential).post("heartbeat", heartbeat(name))
+
+    catalog.apply_text(CATALOG)
+    return add
+
+
+def test_explain_names_every_node_with_the_number_that_bit(fleet, api):
+    fleet("big", 512)
+    fleet("small", 8)
+    data = api.get("/api/v1/models/huge-cpu/explain").json()
+    assert data["placed"] is False and data["dry_run"] is True
+    [attempt] = data["attempts"]
+    messages = {n["node"]: n["message"] for r in attempt["reasons"] for n in r["nodes"]}
+    assert set(messages) == {"big", "small"}
+    assert "512 GB" in messages["big"] and "4000" in messages["big"]
+    assert "8 GB" in messages["small"] and "4000" in messages["small"]
+
+
+def test_a_placement_keeps_its_rejections_and_claims_memory(fleet, api):
+    fleet("n31", 31)
+    fleet("n8", 8)
+    first = api.post("/api/v1/models/small-cpu/place")
+    assert first.status_code == 201, first.json()
+    assert first.json()["decision"]["shards"][0]["node"] == "n31"
+    explained = api.get("/api/v1/models/small-cpu/explain").json()
+    assert explained["placed"] and not explained["dry_run"]
+    assert any(n["node"] == "n8" for r in explained["attempts"][0]["reasons"] for n in r["nodes"])
+    # 31 GB holds two declared 15s and not a third (seed 8fd4c1392d).
+    assert api.post("/api/v1/models/small-cpu/place").status_code == 201
+    third = api.post("/api/v1/models/small-cpu/place")
+    assert third.status_code == 409
+    text = third.json()["text"]
+    assert "n31" in text and "n8" in text
+    assert api.get("/api/v1/models/small-cpu/headroom").json()["headroom"] == {"cpu": 0}
+
+
+def test_claims_are_read_from_the_catalog(fleet, api):
+    fleet("n31", 31)
+    api.post("/api/v1/models/small-cpu/place")
+    assert api.get("/api/v1/models/small-cpu/headroom").json()["headroom"] == {"cpu": 1}
+    catalog.set_resources("small-cpu", memory_gb=20, cpu_cores=None)
+    assert api.get("/api/v1/models/small-cpu/headroom").json()["headroom"] == {"cpu": 0}
+
+
+def test_an_always_running_count_that_cannot_be_placed_is_refused(fleet, api):
+    fleet("gpu-1", 512, gpu_count=2)
+    ok = api.patch("/api/v1/models/one-gpu", {"always_running": 2}, format="json")
+    assert ok.status_code == 200 and ok.json()["always_running"] == 2
+    refused = api.patch("/api/v1/models/one-gpu", {"always_running": 3}, format="json")
+    assert refused.status_code == 409
+    assert "room for 2 more, 3 needed" in refused.json()["detail"]
+    assert "gpu-1" in refused.json()["explanation"]["text"]
+    assert api.get("/api/v1/models/one-gpu").json()["always_running"] == 2
+
+
+def test_replicas_are_released_whole(fleet, api):
+    fleet("gpu-1", 512, gpu_count=2)
+    replica, _ = placement.place_replica("one-gpu")
+    assert GpuClaim.objects.count() == 1
+    placement.release_replica(replica.pk)
+    assert not GpuClaim.objects.exists() and not Replica.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_parallel_placement_never_hands_out_a_gpu_or_gigabyte_twice(fleet):
+    assert connection.vendor == "postgresql"
+    fleet("gpu-1", 64, gpu_count=4)
+    fleet("cpu-1", 31)
+
+    def race(model: str, workers: int) -> list[object]:
+        results: list[object] = []
+        barrier = threading.Barrier(workers)
+
+        def worker() -> None:
+            try:
+                barrier.wait()
+                results.append(placement.place_replica(model)[0])
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=worker) for _ in range(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [r for r in results if r is not None]
+
+    # Four cards, eight workers: exactly four replicas, no card twice.
+    assert len(race("one-gpu", 8)) == 4
+    claims = list(GpuClaim.objects.values_list("node__name", "index"))
+    assert len(claims) == len(set(claims)) == 4
+    # 15 GB claims: cpu-1 (31 GB) holds two, gpu-1 (64 GB) four; eight try.
+    assert len(race("small-cpu", 8)) == 6
+    per_node = {
+        n: Replica.objects.filter(model__name="small-cpu", shards__node__name=n).count()
+        for n in ("cpu-1", "gpu-1")
+    }
+    assert per_node == {"cpu-1": 2, "gpu-1": 4}
