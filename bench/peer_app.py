@@ -7,5 +7,7 @@ def application(environ, start_response):  # type: ignore[no-untyped-def]
     length = int(environ.get("CONTENT_LENGTH") or 0)
     environ["wsgi.input"].read(length)
     body = b'{"node": "peer", "state": "Ready", "register": false}'
-    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    start_response(
+        "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+    )
     return [body]

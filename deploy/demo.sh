@@ -14,6 +14,7 @@ mkdir -p "$DATA/agent" "$DATA/models" "$DATA/log"
 
 python manage.py migrate --noinput -v0
 python manage.py collectstatic --noinput -v0
+llmgw catalog apply deploy/server.example.yaml
 python manage.py bootstrap_admin --url "$URL" --cli-config "$DATA/cli.yaml"
 
 # A real agent for this machine, joined the way any node joins.

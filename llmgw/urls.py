@@ -12,7 +12,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/agent/v1/", include(agent_urlpatterns)),
-    path("api/v1/", include("llmgw.inventory.api.urls")),
+    path("api/v1/", include("llmgw.api_urls")),
     path("api/v1/token", obtain_auth_token, name="api-token"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger"),

@@ -38,8 +38,11 @@ def agent_client(client: Any) -> Callable[[str], Any]:
 
             body = payload if isinstance(payload, (bytes, str)) else json.dumps(payload)
             return client.post(
-                f"/api/agent/v1/{path}", body, content_type="application/json",
-                HTTP_AUTHORIZATION=f"Node {self.credential}", **extra,
+                f"/api/agent/v1/{path}",
+                body,
+                content_type="application/json",
+                HTTP_AUTHORIZATION=f"Node {self.credential}",
+                **extra,
             )
 
     return AgentClient
@@ -60,4 +63,3 @@ def api(operator: Any) -> Any:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=operator).key}")
     return client
-

@@ -30,8 +30,12 @@ def test_the_embedded_default_migrates_and_answers(tmp_path):
         "print('ok')\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", script], env={**env, "DJANGO_SETTINGS_MODULE": "llmgw.settings"},
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", script],
+        env={**env, "DJANGO_SETTINGS_MODULE": "llmgw.settings"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
@@ -40,10 +44,19 @@ def test_the_embedded_default_migrates_and_answers(tmp_path):
 
 
 def test_a_malformed_setting_stops_the_process_with_its_name(tmp_path):
-    env = {**os.environ, "DEBUG": "ture", "LLMGW_DATA_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "llmgw.settings"}
+    env = {
+        **os.environ,
+        "DEBUG": "ture",
+        "LLMGW_DATA_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "llmgw.settings",
+    }
     out = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"], env=env, cwd=ROOT,
-        capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", "import django; django.setup()"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode != 0
     assert "DEBUG='ture'" in out.stderr

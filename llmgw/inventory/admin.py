@@ -7,12 +7,36 @@ from django.contrib import admin
 from llmgw.inventory.models import AuditEvent, Filesystem, Gpu, ModelHolding, Node
 
 AGENT_OWNED = [
-    "state", "simulated", "agent_labels", "agent_version", "features", "probed", "os", "kernel",
-    "arch", "cpu_model", "cpu_flags", "cpus", "memory_total_bytes", "nvidia_driver", "fabrics",
-    "heartbeat_interval_s", "registered_at", "last_heartbeat_at", "measured_at",
-    "cpu_utilization_percent", "load1", "load5", "load15", "memory_used_bytes",
-    "memory_available_bytes", "collectors", "weights_probed", "revoked_at",
-    "cordoned_by", "cordoned_at",
+    "state",
+    "simulated",
+    "agent_labels",
+    "agent_version",
+    "features",
+    "probed",
+    "os",
+    "kernel",
+    "arch",
+    "cpu_model",
+    "cpu_flags",
+    "cpus",
+    "memory_total_bytes",
+    "nvidia_driver",
+    "fabrics",
+    "heartbeat_interval_s",
+    "registered_at",
+    "last_heartbeat_at",
+    "measured_at",
+    "cpu_utilization_percent",
+    "load1",
+    "load5",
+    "load15",
+    "memory_used_bytes",
+    "memory_available_bytes",
+    "collectors",
+    "weights_probed",
+    "revoked_at",
+    "cordoned_by",
+    "cordoned_at",
 ]
 
 
@@ -37,11 +61,25 @@ class FilesystemInline(ReadOnlyInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "state", "cordoned", "cpus", "memory_total_bytes", "agent_version", "simulated"]
+    list_display = [
+        "name",
+        "state",
+        "cordoned",
+        "cpus",
+        "memory_total_bytes",
+        "agent_version",
+        "simulated",
+    ]
     list_filter = ["state", "cordoned", "simulated"]
     search_fields = ["name"]
     readonly_fields = AGENT_OWNED
-    exclude = ["credential_hash", "join_token_hash", "join_token_expires_at", "filesystems_digest", "weights_digest"]
+    exclude = [
+        "credential_hash",
+        "join_token_hash",
+        "join_token_expires_at",
+        "filesystems_digest",
+        "weights_digest",
+    ]
     inlines = [GpuInline, FilesystemInline]
 
     def has_add_permission(self, request):  # type: ignore[no-untyped-def]

@@ -29,19 +29,29 @@ class FleetCollector(Collector):
         now = timezone.now()
         up = GaugeMetricFamily("llmgw_node_up", "1 if the node is Ready, else 0", labels=["node"])
         cpus = GaugeMetricFamily("llmgw_node_cpus", "CPUs the node reported", labels=["node"])
-        mem = GaugeMetricFamily("llmgw_node_memory_bytes", "MemTotal the node reported", labels=["node"])
-        cordoned = GaugeMetricFamily("llmgw_node_cordoned", "1 if an operator cordoned the node", labels=["node"])
+        mem = GaugeMetricFamily(
+            "llmgw_node_memory_bytes", "MemTotal the node reported", labels=["node"]
+        )
+        cordoned = GaugeMetricFamily(
+            "llmgw_node_cordoned", "1 if an operator cordoned the node", labels=["node"]
+        )
         util = GaugeMetricFamily(
             "llmgw_node_cpu_utilization_percent", "CPU use across all cores", labels=["node"]
         )
         load = GaugeMetricFamily("llmgw_node_load", "Load average", labels=["node", "window"])
         used = GaugeMetricFamily("llmgw_node_memory_used_bytes", "Memory in use", labels=["node"])
-        avail = GaugeMetricFamily("llmgw_node_memory_available_bytes", "Memory available", labels=["node"])
+        avail = GaugeMetricFamily(
+            "llmgw_node_memory_available_bytes", "Memory available", labels=["node"]
+        )
         fs_free = GaugeMetricFamily(
-            "llmgw_node_filesystem_free_bytes", "Free bytes per filesystem", labels=["node", "mount", "shared"]
+            "llmgw_node_filesystem_free_bytes",
+            "Free bytes per filesystem",
+            labels=["node", "mount", "shared"],
         )
         fs_size = GaugeMetricFamily(
-            "llmgw_node_filesystem_size_bytes", "Size per filesystem", labels=["node", "mount", "shared"]
+            "llmgw_node_filesystem_size_bytes",
+            "Size per filesystem",
+            labels=["node", "mount", "shared"],
         )
 
         fresh_fs: set[int] = set()

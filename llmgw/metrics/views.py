@@ -23,7 +23,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if not request.user.is_authenticated:
         try:
             if _BearerOrToken().authenticate(request) is None:
-                return HttpResponse("authentication required\n", status=401, content_type="text/plain")
+                return HttpResponse(
+                    "authentication required\n", status=401, content_type="text/plain"
+                )
         except AuthenticationFailed:
             return HttpResponse("invalid token\n", status=401, content_type="text/plain")
     return HttpResponse(generate_latest(_registry), content_type=CONTENT_TYPE_LATEST)

@@ -36,22 +36,67 @@ class Shape:
     local_disk_bytes: int = 2 * TiB
 
 
-AVX512 = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16")
+AVX512 = (
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_bf16",
+)
 AVX2 = ("avx", "avx2", "fma")
 
 SHAPES = {
-    "h100": Shape("h100", "Intel(R) Xeon(R) Platinum 8480C", 224, 2 * TiB, AVX512,
-                  "NVIDIA H100 80GB HBM3", "H100-80GB", 81559 * 2**20, 8, "ib-a", 8, 400.0,
-                  "550.54.15", 30 * TiB),
-    "a100": Shape("a100", "AMD EPYC 7742 64-Core Processor", 256, 1 * TiB, AVX2,
-                  "NVIDIA A100-SXM4-80GB", "A100-80GB", 81920 * 2**20, 8, "ib-b", 4, 200.0,
-                  "535.161.08", 15 * TiB),
-    "cpu": Shape("cpu", "AMD EPYC 9654 96-Core Processor", 192, 768 * GiB, AVX512 + ("avx512_vnni",)),
-    "vm": Shape("vm", "QEMU Virtual CPU version 2.5+", 8, 8 * GiB, ("sse4_2",), local_disk_bytes=100 * GiB),
+    "h100": Shape(
+        "h100",
+        "Intel(R) Xeon(R) Platinum 8480C",
+        224,
+        2 * TiB,
+        AVX512,
+        "NVIDIA H100 80GB HBM3",
+        "H100-80GB",
+        81559 * 2**20,
+        8,
+        "ib-a",
+        8,
+        400.0,
+        "550.54.15",
+        30 * TiB,
+    ),
+    "a100": Shape(
+        "a100",
+        "AMD EPYC 7742 64-Core Processor",
+        256,
+        1 * TiB,
+        AVX2,
+        "NVIDIA A100-SXM4-80GB",
+        "A100-80GB",
+        81920 * 2**20,
+        8,
+        "ib-b",
+        4,
+        200.0,
+        "535.161.08",
+        15 * TiB,
+    ),
+    "cpu": Shape(
+        "cpu", "AMD EPYC 9654 96-Core Processor", 192, 768 * GiB, AVX512 + ("avx512_vnni",)
+    ),
+    "vm": Shape(
+        "vm", "QEMU Virtual CPU version 2.5+", 8, 8 * GiB, ("sse4_2",), local_disk_bytes=100 * GiB
+    ),
 }
 # The order nodes are dealt in: a mix that shows every case in a small fleet.
 DEAL = ("h100", "a100", "cpu", "h100", "a100", "cpu", "vm", "h100", "a100", "cpu", "h100", "vm")
-MODELS = ("llama-3.1-70b-instruct", "qwen2.5-7b-instruct", "qwen2.5-coder-14b", "mistral-7b-instruct")
+MODELS = (
+    "llama-3.1-70b-instruct",
+    "qwen2.5-7b-instruct",
+    "qwen2.5-coder-14b",
+    "mistral-7b-instruct",
+)
 
 
 @dataclass
@@ -75,57 +120,120 @@ class SimNode:
             "probed": True,
             "simulated": True,
             "heartbeat_interval_s": interval_s,
-            "labels": {"llmgw.io/rack": self.rack, "llmgw.io/pdu": f"{self.rack}-pdu{self.seed % 2}"},
+            "labels": {
+                "llmgw.io/rack": self.rack,
+                "llmgw.io/pdu": f"{self.rack}-pdu{self.seed % 2}",
+            },
             "system": {
-                "os": "Ubuntu 22.04.4 LTS", "kernel": "5.15.0-105-generic", "arch": "x86_64",
-                "cpu_model": s.cpu_model, "cpu_flags": list(s.cpu_flags), "cpus": s.cpus,
-                "memory_total_bytes": s.memory_bytes, "nvidia_driver": s.nvidia_driver,
+                "os": "Ubuntu 22.04.4 LTS",
+                "kernel": "5.15.0-105-generic",
+                "arch": "x86_64",
+                "cpu_model": s.cpu_model,
+                "cpu_flags": list(s.cpu_flags),
+                "cpus": s.cpus,
+                "memory_total_bytes": s.memory_bytes,
+                "nvidia_driver": s.nvidia_driver,
             },
         }
         if s.gpus:
             payload["gpus"] = [
-                {"index": i, "uuid": f"GPU-{self.seed:08x}-{i:04x}-sim0-{self.name.encode().hex()[:12]:0>12}",
-                 "name": s.gpu_name, "class": s.gpu_class, "memory_total_bytes": s.gpu_memory_bytes,
-                 "ecc_uncorrected": 0, "foreign_processes": 0}
+                {
+                    "index": i,
+                    "uuid": f"GPU-{self.seed:08x}-{i:04x}-sim0-{self.name.encode().hex()[:12]:0>12}",
+                    "name": s.gpu_name,
+                    "class": s.gpu_class,
+                    "memory_total_bytes": s.gpu_memory_bytes,
+                    "ecc_uncorrected": 0,
+                    "foreign_processes": 0,
+                }
                 for i in range(s.gpus)
             ]
         if s.fabric:
-            payload["fabrics"] = [{"name": s.fabric, "adapters": [f"mlx5_{i}" for i in range(s.adapters)],
-                                   "rate_gbps": s.rate_gbps}]
+            payload["fabrics"] = [
+                {
+                    "name": s.fabric,
+                    "adapters": [f"mlx5_{i}" for i in range(s.adapters)],
+                    "rate_gbps": s.rate_gbps,
+                }
+            ]
         return payload
 
     def heartbeat(self) -> dict[str, Any]:
         s, rng = self.shape, self.rng
         # A bounded random walk: load that drifts like a real node's, not noise.
         self.cpu_percent = min(98.0, max(1.0, self.cpu_percent + rng.uniform(-4, 4)))
-        self.memory_used = int(min(s.memory_bytes * 0.95, max(s.memory_bytes * 0.05,
-                                   self.memory_used + rng.uniform(-0.01, 0.01) * s.memory_bytes)))
-        self.local_free = int(min(s.local_disk_bytes * 0.9, max(s.local_disk_bytes * 0.05,
-                                  self.local_free + rng.uniform(-1, 1) * GiB)))
+        self.memory_used = int(
+            min(
+                s.memory_bytes * 0.95,
+                max(
+                    s.memory_bytes * 0.05,
+                    self.memory_used + rng.uniform(-0.01, 0.01) * s.memory_bytes,
+                ),
+            )
+        )
+        self.local_free = int(
+            min(
+                s.local_disk_bytes * 0.9,
+                max(s.local_disk_bytes * 0.05, self.local_free + rng.uniform(-1, 1) * GiB),
+            )
+        )
         load = self.cpu_percent / 100 * s.cpus
-        filesystems = [{"mount": "/data", "device": "/dev/nvme0n1p1", "fstype": "ext4", "shared": False,
-                        "free_bytes": self.local_free, "total_bytes": s.local_disk_bytes,
-                        "dirs": ["/data/models"]}]
+        filesystems = [
+            {
+                "mount": "/data",
+                "device": "/dev/nvme0n1p1",
+                "fstype": "ext4",
+                "shared": False,
+                "free_bytes": self.local_free,
+                "total_bytes": s.local_disk_bytes,
+                "dirs": ["/data/models"],
+            }
+        ]
         if s.fabric == "ib-a":
-            filesystems.append({"mount": "/lustre", "device": "10.10.0.1@o2ib:/scratch", "fstype": "lustre",
-                                "shared": True, "free_bytes": 412 * TiB, "total_bytes": 1200 * TiB,
-                                "dirs": ["/lustre/models"]})
+            filesystems.append(
+                {
+                    "mount": "/lustre",
+                    "device": "10.10.0.1@o2ib:/scratch",
+                    "fstype": "lustre",
+                    "shared": True,
+                    "free_bytes": 412 * TiB,
+                    "total_bytes": 1200 * TiB,
+                    "dirs": ["/lustre/models"],
+                }
+            )
         elif s.kind != "vm":
-            filesystems.append({"mount": "/shared", "device": "filer01:/export/models", "fstype": "nfs4",
-                                "shared": True, "free_bytes": 18 * TiB, "total_bytes": 64 * TiB,
-                                "dirs": ["/shared/models"]})
+            filesystems.append(
+                {
+                    "mount": "/shared",
+                    "device": "filer01:/export/models",
+                    "fstype": "nfs4",
+                    "shared": True,
+                    "free_bytes": 18 * TiB,
+                    "total_bytes": 64 * TiB,
+                    "dirs": ["/shared/models"],
+                }
+            )
         held = [MODELS[(self.seed + k) % len(MODELS)] for k in range(self.seed % 3)]
         return {
             "schema": 1,
             "node": self.name,
-            "cpu": {"utilization_percent": round(self.cpu_percent, 1),
-                    "load": [round(load, 2), round(load * 0.9, 2), round(load * 0.8, 2)]},
-            "memory": {"used_bytes": self.memory_used, "available_bytes": s.memory_bytes - self.memory_used},
+            "cpu": {
+                "utilization_percent": round(self.cpu_percent, 1),
+                "load": [round(load, 2), round(load * 0.9, 2), round(load * 0.8, 2)],
+            },
+            "memory": {
+                "used_bytes": self.memory_used,
+                "available_bytes": s.memory_bytes - self.memory_used,
+            },
             "filesystems": filesystems,
-            "weights": {"probed": True, "models": [
-                {"name": m, "path": f"/data/models/{m}", "shared": False} for m in held]},
-            "collectors": [{"name": n, "ok": True, "seconds": 0.001, "error": None}
-                           for n in ("cpu", "memory", "filesystems", "weights")],
+            "weights": {
+                "probed": True,
+                "models": [{"name": m, "path": f"/data/models/{m}", "shared": False} for m in held],
+            },
+            "collectors": [
+                {"name": n, "ok": True, "seconds": 0.001, "error": None}
+                for n in ("cpu", "memory", "filesystems", "weights")
+            ],
         }
 
 
@@ -133,8 +241,13 @@ def make_fleet(count: int, prefix: str = "sim", seed: int = 7) -> list[SimNode]:
     nodes = []
     for i in range(count):
         shape = SHAPES[DEAL[i % len(DEAL)]]
-        node = SimNode(name=f"{prefix}-{shape.kind}-{i + 1:02d}", shape=shape, rack=f"r{1 + i // 4:02d}",
-                       seed=seed * 1000 + i, rng=random.Random(seed * 1000 + i))
+        node = SimNode(
+            name=f"{prefix}-{shape.kind}-{i + 1:02d}",
+            shape=shape,
+            rack=f"r{1 + i // 4:02d}",
+            seed=seed * 1000 + i,
+            rng=random.Random(seed * 1000 + i),
+        )
         node.memory_used = int(shape.memory_bytes * 0.2)
         node.local_free = int(shape.local_disk_bytes * 0.6)
         nodes.append(node)

@@ -5,124 +5,182 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('node_name', models.CharField(blank=True, default='', max_length=253)),
-                ('actor', models.CharField(blank=True, default='', max_length=253)),
-                ('action', models.CharField(max_length=64)),
-                ('detail', models.TextField(blank=True, default='')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("node_name", models.CharField(blank=True, default="", max_length=253)),
+                ("actor", models.CharField(blank=True, default="", max_length=253)),
+                ("action", models.CharField(max_length=64)),
+                ("detail", models.TextField(blank=True, default="")),
             ],
             options={
-                'ordering': ['-at'],
+                "ordering": ["-at"],
             },
         ),
         migrations.CreateModel(
-            name='Node',
+            name="Node",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=253, unique=True)),
-                ('state', models.CharField(choices=[('Ready', 'Ready'), ('NotReady', 'NotReady')], default='NotReady', max_length=16)),
-                ('simulated', models.BooleanField(default=False)),
-                ('credential_hash', models.CharField(blank=True, db_index=True, default='', max_length=64)),
-                ('join_token_hash', models.CharField(blank=True, default='', max_length=64)),
-                ('join_token_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('cordoned', models.BooleanField(default=False)),
-                ('cordon_reason', models.CharField(blank=True, default='', max_length=500)),
-                ('cordoned_by', models.CharField(blank=True, default='', max_length=150)),
-                ('cordoned_at', models.DateTimeField(blank=True, null=True)),
-                ('operator_labels', models.JSONField(blank=True, default=dict)),
-                ('agent_labels', models.JSONField(blank=True, default=dict)),
-                ('agent_version', models.CharField(blank=True, default='', max_length=64)),
-                ('features', models.JSONField(blank=True, default=list)),
-                ('probed', models.BooleanField(default=False)),
-                ('os', models.CharField(blank=True, default='', max_length=200)),
-                ('kernel', models.CharField(blank=True, default='', max_length=200)),
-                ('arch', models.CharField(blank=True, default='', max_length=64)),
-                ('cpu_model', models.CharField(blank=True, default='', max_length=200)),
-                ('cpu_flags', models.JSONField(blank=True, default=list)),
-                ('cpus', models.PositiveIntegerField(blank=True, null=True)),
-                ('memory_total_bytes', models.BigIntegerField(blank=True, null=True)),
-                ('nvidia_driver', models.CharField(blank=True, default='', max_length=64)),
-                ('fabrics', models.JSONField(blank=True, default=list)),
-                ('heartbeat_interval_s', models.PositiveIntegerField(default=10)),
-                ('registered_at', models.DateTimeField(blank=True, null=True)),
-                ('last_heartbeat_at', models.DateTimeField(blank=True, db_index=True, null=True)),
-                ('measured_at', models.DateTimeField(blank=True, null=True)),
-                ('cpu_utilization_percent', models.FloatField(blank=True, null=True)),
-                ('load1', models.FloatField(blank=True, null=True)),
-                ('load5', models.FloatField(blank=True, null=True)),
-                ('load15', models.FloatField(blank=True, null=True)),
-                ('memory_used_bytes', models.BigIntegerField(blank=True, null=True)),
-                ('memory_available_bytes', models.BigIntegerField(blank=True, null=True)),
-                ('collectors', models.JSONField(blank=True, default=list)),
-                ('weights_probed', models.BooleanField(blank=True, null=True)),
-                ('filesystems_reported_at', models.DateTimeField(blank=True, null=True)),
-                ('filesystems_digest', models.CharField(blank=True, default='', max_length=64)),
-                ('weights_digest', models.CharField(blank=True, default='', max_length=64)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=253, unique=True)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("Ready", "Ready"), ("NotReady", "NotReady")],
+                        default="NotReady",
+                        max_length=16,
+                    ),
+                ),
+                ("simulated", models.BooleanField(default=False)),
+                (
+                    "credential_hash",
+                    models.CharField(blank=True, db_index=True, default="", max_length=64),
+                ),
+                ("join_token_hash", models.CharField(blank=True, default="", max_length=64)),
+                ("join_token_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                ("cordoned", models.BooleanField(default=False)),
+                ("cordon_reason", models.CharField(blank=True, default="", max_length=500)),
+                ("cordoned_by", models.CharField(blank=True, default="", max_length=150)),
+                ("cordoned_at", models.DateTimeField(blank=True, null=True)),
+                ("operator_labels", models.JSONField(blank=True, default=dict)),
+                ("agent_labels", models.JSONField(blank=True, default=dict)),
+                ("agent_version", models.CharField(blank=True, default="", max_length=64)),
+                ("features", models.JSONField(blank=True, default=list)),
+                ("probed", models.BooleanField(default=False)),
+                ("os", models.CharField(blank=True, default="", max_length=200)),
+                ("kernel", models.CharField(blank=True, default="", max_length=200)),
+                ("arch", models.CharField(blank=True, default="", max_length=64)),
+                ("cpu_model", models.CharField(blank=True, default="", max_length=200)),
+                ("cpu_flags", models.JSONField(blank=True, default=list)),
+                ("cpus", models.PositiveIntegerField(blank=True, null=True)),
+                ("memory_total_bytes", models.BigIntegerField(blank=True, null=True)),
+                ("nvidia_driver", models.CharField(blank=True, default="", max_length=64)),
+                ("fabrics", models.JSONField(blank=True, default=list)),
+                ("heartbeat_interval_s", models.PositiveIntegerField(default=10)),
+                ("registered_at", models.DateTimeField(blank=True, null=True)),
+                ("last_heartbeat_at", models.DateTimeField(blank=True, db_index=True, null=True)),
+                ("measured_at", models.DateTimeField(blank=True, null=True)),
+                ("cpu_utilization_percent", models.FloatField(blank=True, null=True)),
+                ("load1", models.FloatField(blank=True, null=True)),
+                ("load5", models.FloatField(blank=True, null=True)),
+                ("load15", models.FloatField(blank=True, null=True)),
+                ("memory_used_bytes", models.BigIntegerField(blank=True, null=True)),
+                ("memory_available_bytes", models.BigIntegerField(blank=True, null=True)),
+                ("collectors", models.JSONField(blank=True, default=list)),
+                ("weights_probed", models.BooleanField(blank=True, null=True)),
+                ("filesystems_reported_at", models.DateTimeField(blank=True, null=True)),
+                ("filesystems_digest", models.CharField(blank=True, default="", max_length=64)),
+                ("weights_digest", models.CharField(blank=True, default="", max_length=64)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='ModelHolding',
+            name="ModelHolding",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model_name', models.CharField(max_length=255)),
-                ('path', models.CharField(max_length=1024)),
-                ('shared', models.BooleanField(default=False)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='holdings', to='inventory.node')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model_name", models.CharField(max_length=255)),
+                ("path", models.CharField(max_length=1024)),
+                ("shared", models.BooleanField(default=False)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="holdings",
+                        to="inventory.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['node', 'model_name'],
+                "ordering": ["node", "model_name"],
             },
         ),
         migrations.CreateModel(
-            name='Gpu',
+            name="Gpu",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveSmallIntegerField()),
-                ('uuid', models.CharField(max_length=64)),
-                ('name', models.CharField(blank=True, default='', max_length=128)),
-                ('gpu_class', models.CharField(blank=True, default='', max_length=64)),
-                ('memory_total_bytes', models.BigIntegerField(blank=True, null=True)),
-                ('ecc_uncorrected', models.PositiveIntegerField(blank=True, null=True)),
-                ('foreign_processes', models.PositiveIntegerField(blank=True, null=True)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='gpus', to='inventory.node')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("index", models.PositiveSmallIntegerField()),
+                ("uuid", models.CharField(max_length=64)),
+                ("name", models.CharField(blank=True, default="", max_length=128)),
+                ("gpu_class", models.CharField(blank=True, default="", max_length=64)),
+                ("memory_total_bytes", models.BigIntegerField(blank=True, null=True)),
+                ("ecc_uncorrected", models.PositiveIntegerField(blank=True, null=True)),
+                ("foreign_processes", models.PositiveIntegerField(blank=True, null=True)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="gpus",
+                        to="inventory.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['node', 'index'],
-                'constraints': [models.UniqueConstraint(fields=('node', 'index'), name='one_gpu_per_index')],
+                "ordering": ["node", "index"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("node", "index"), name="one_gpu_per_index")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Filesystem',
+            name="Filesystem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('mount', models.CharField(max_length=1024)),
-                ('device', models.CharField(blank=True, default='', max_length=1024)),
-                ('fstype', models.CharField(blank=True, default='', max_length=64)),
-                ('shared', models.BooleanField(default=False)),
-                ('free_bytes', models.BigIntegerField()),
-                ('total_bytes', models.BigIntegerField()),
-                ('dirs', models.JSONField(blank=True, default=list)),
-                ('reported_at', models.DateTimeField()),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='filesystems', to='inventory.node')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("mount", models.CharField(max_length=1024)),
+                ("device", models.CharField(blank=True, default="", max_length=1024)),
+                ("fstype", models.CharField(blank=True, default="", max_length=64)),
+                ("shared", models.BooleanField(default=False)),
+                ("free_bytes", models.BigIntegerField()),
+                ("total_bytes", models.BigIntegerField()),
+                ("dirs", models.JSONField(blank=True, default=list)),
+                ("reported_at", models.DateTimeField()),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="filesystems",
+                        to="inventory.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['node', 'mount'],
-                'constraints': [models.UniqueConstraint(fields=('node', 'mount'), name='one_row_per_mount')],
+                "ordering": ["node", "mount"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("node", "mount"), name="one_row_per_mount")
+                ],
             },
         ),
     ]

@@ -33,7 +33,9 @@ class Command(BaseCommand):
             if given:
                 self.stdout.write(f"admin account {username!r} created with LLMGW_ADMIN_PASSWORD")
             else:
-                self.stdout.write(f"admin account {username!r} created; one-time password: {password}")
+                self.stdout.write(
+                    f"admin account {username!r} created; one-time password: {password}"
+                )
                 self.stdout.write("  (shown once: change it under Admin > Users)")
         else:
             self.stdout.write(f"admin account {username!r} already exists")
@@ -41,4 +43,6 @@ class Command(BaseCommand):
         cli_config.parent.mkdir(parents=True, exist_ok=True)
         cli_config.touch(mode=0o600)
         cli_config.write_text(yaml.safe_dump({"url": url, "token": token.key}))
-        self.stdout.write(f"llmgw ctl config written to {cli_config} (export LLMGW_CONFIG={cli_config})")
+        self.stdout.write(
+            f"llmgw ctl config written to {cli_config} (export LLMGW_CONFIG={cli_config})"
+        )
