@@ -5,27 +5,25 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import psutil
+
+from .procfs import psutil_at
 from .registry import Roots, collector
 
-# /proc/stat's aggregate line: user nice system idle iowait irq softirq steal guest guest_nice.
-# guest and guest_nice are already counted inside user and nice, so they are left out.
-_BUSY_FIELDS = 8
-_IDLE, _IOWAIT = 3, 4
+
+def _cpu_counters(roots: Roots) -> tuple[float, float]:
+    """(total, idle) CPU seconds since boot over all cores, from psutil
+    reading roots.proc. guest time is already inside user and nice, and
+    iowait is idle: a CPU waiting on a disk could run something else."""
+    with psutil_at(roots.proc):
+        t = psutil.cpu_times()
+    idle = t.idle + t.iowait
+    busy = t.user + t.nice + t.system + t.irq + t.softirq + t.steal
+    return busy + idle, idle
 
 
-def _cpu_counters(roots: Roots) -> tuple[int, int]:
-    """(total, idle) jiffies since boot, over all cores."""
-    for line in (roots.proc / "stat").read_text(encoding="ascii").splitlines():
-        if line.startswith("cpu "):
-            values = [int(v) for v in line.split()[1 : 1 + _BUSY_FIELDS]]
-            idle = values[_IDLE] + (values[_IOWAIT] if len(values) > _IOWAIT else 0)
-            return sum(values), idle
-    raise ValueError(f"no aggregate cpu line in {roots.proc / 'stat'}")
-
-
-# Read /proc/stat directly rather than through psutil: psutil.PROCFS_PATH is process-global,
-# so pointing it at one Roots would leak into every other caller, and its first
-# cpu_percent() answers 0.0, a number nobody measured.
+# Utilisation is computed here between two samples rather than with
+# psutil.cpu_percent(): its first answer is 0.0, a number nobody measured.
 @collector("cpu")
 def collect_cpu(roots: Roots) -> dict[str, Any]:
     previous = roots.memo.get("cpu.counters")

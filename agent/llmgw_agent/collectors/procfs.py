@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import psutil
 
 
 def read_text(path: Path) -> str | None:
@@ -27,3 +32,20 @@ def meminfo(proc: Path) -> dict[str, int]:
             value *= 1024
         out[key.strip()] = value
     return out
+
+
+_PSUTIL_ROOT = threading.Lock()
+
+
+@contextmanager
+def psutil_at(proc: Path) -> Iterator[None]:
+    """psutil reading the given /proc (a host's, mounted into a container, or
+    a recorded fixture). PROCFS_PATH is process-global, so it is set under a
+    lock and put back: collectors for two roots never see each other's."""
+    with _PSUTIL_ROOT:
+        before = psutil.PROCFS_PATH
+        psutil.PROCFS_PATH = str(proc)
+        try:
+            yield
+        finally:
+            psutil.PROCFS_PATH = before
