@@ -88,6 +88,19 @@ class NodeState:
         free = self.free.get(gpu_class)
         return len(free) if free else 0
 
+    def largest_island(self, gpu_class: str) -> int:
+        """Free GPUs of the class in the best-provided NVLink island.
+
+        Without topology every free card counts as one island, since then the
+        lowest free indices are taken whatever links them.
+        """
+        free = self.free.get(gpu_class)
+        if not free:
+            return 0
+        if not self.islands:
+            return len(free)
+        return max(sum(1 for i in free if i in island) for island in self.islands)
+
 
 def static_refusal(n: NodeState, p: Profile) -> Refusal | None:
     """Rules that applying decisions cannot change; cached per profile."""

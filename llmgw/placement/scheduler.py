@@ -42,14 +42,51 @@ _StaticKey = tuple[object, ...]
 
 
 def _static_key(p: Profile) -> _StaticKey:
+    # Everything static_refusal reads; profiles that share it share an index.
     return (
         p.gpu_class,
-        p.gpus_per_shard,
         p.min_memory_bytes,
         p.engine,
         p.engine_version,
         tuple(sorted(p.node_selector.items())),
     )
+
+
+class _Eligible:
+    """The nodes one kind of profile may use at all, indexed by free GPUs.
+
+    Kept per profile kind rather than once for the fleet, so a profile that
+    only a tenth of the fleet may take scans that tenth, not the rest. GPU
+    nodes are bucketed by (free GPUs of the class, free GPUs in the largest
+    NVLink island): best fit walks the first upwards and skips nodes whose
+    islands are too broken up for its tensor-parallel group, which would
+    otherwise be most of a half-full fleet.
+    """
+
+    __slots__ = ("gpu_class", "ok", "ordered", "buckets")
+
+    def __init__(self, gpu_class: str | None, ok: list[NodeState]) -> None:
+        self.gpu_class = gpu_class
+        self.ok = frozenset(n.ordinal for n in ok)
+        self.ordered = [n.ordinal for n in ok]
+        # free count -> largest island -> ordinals, sorted so ties go in node order.
+        self.buckets: list[list[list[int]]] = []
+        if gpu_class is not None:
+            for n in ok:
+                self._slot(n.free_count(gpu_class), n.largest_island(gpu_class)).append(n.ordinal)
+
+    def _slot(self, count: int, island: int) -> list[int]:
+        while len(self.buckets) <= count:
+            self.buckets.append([])
+        row = self.buckets[count]
+        while len(row) <= island:
+            row.append([])
+        return row[island]
+
+    def move(self, ordinal: int, old: tuple[int, int], new: tuple[int, int]) -> None:
+        bucket = self.buckets[old[0]][old[1]]
+        del bucket[bisect_left(bucket, ordinal)]
+        insort(self._slot(*new), ordinal)
 
 
 def _fit(n: NodeState, p: Profile, mem: int) -> tuple[int, ...] | None:
@@ -71,31 +108,22 @@ class Inventory:
             if n.view.name in self._by_name:
                 raise ValueError(f"node {n.view.name} appears twice")
             self._by_name[n.view.name] = n
-        # class -> free count -> ordinals, kept sorted (ties go in node order).
-        self._buckets: dict[str, list[list[int]]] = {}
         self._holders: dict[str, list[int]] = {}
         for n in self._nodes:
-            for cls, free in n.free.items():
-                self._bucket(cls, len(free)).append(n.ordinal)
             for model in n.view.holds_weights:
                 self._holders.setdefault(model, []).append(n.ordinal)
-        self._static: dict[_StaticKey, tuple[frozenset[int], list[int]]] = {}
+        # Built on first use of each kind of profile, then kept up to date.
+        self._eligible_by_key: dict[_StaticKey, _Eligible] = {}
         self._pending: weakref.WeakSet[Explanation] = weakref.WeakSet()
 
-    def _bucket(self, cls: str, count: int) -> list[int]:
-        buckets = self._buckets.setdefault(cls, [])
-        while len(buckets) <= count:
-            buckets.append([])
-        return buckets[count]
-
-    def _eligible(self, p: Profile) -> tuple[frozenset[int], list[int]]:
+    def _eligible(self, p: Profile) -> _Eligible:
         key = _static_key(p)
-        cached = self._static.get(key)
-        if cached is None:
-            ok = [n.ordinal for n in self._nodes if static_refusal(n, p) is None]
-            cached = (frozenset(ok), ok)
-            self._static[key] = cached
-        return cached
+        eligible = self._eligible_by_key.get(key)
+        if eligible is None:
+            ok = [n for n in self._nodes if static_refusal(n, p) is None]
+            eligible = _Eligible(p.gpu_class, ok)
+            self._eligible_by_key[key] = eligible
+        return eligible
 
     def copy(self) -> Inventory:
         other = Inventory.__new__(Inventory)
@@ -107,9 +135,13 @@ class Inventory:
             m.free = {cls: list(free) for cls, free in n.free.items()}
             other._nodes.append(m)
         other._by_name = {n.view.name: n for n in other._nodes}
-        other._buckets = {cls: [list(b) for b in bs] for cls, bs in self._buckets.items()}
         other._holders = self._holders
-        other._static = dict(self._static)
+        other._eligible_by_key = {}
+        for key, e in self._eligible_by_key.items():
+            c = _Eligible.__new__(_Eligible)
+            c.gpu_class, c.ok, c.ordered = e.gpu_class, e.ok, e.ordered
+            c.buckets = [list(b) for b in e.buckets]
+            other._eligible_by_key[key] = c
         other._pending = weakref.WeakSet()
         return other
 
@@ -141,7 +173,8 @@ class Inventory:
         return self._decision(model, p, None, [picked])
 
     def _pick_gpu(self, model: str, p: Profile) -> tuple[NodeState, tuple[int, ...]] | None:
-        ok, _ = self._eligible(p)
+        eligible = self._eligible(p)
+        ok = eligible.ok
         mem = p.memory_bytes
         cls = p.gpu_class
         assert cls is not None
@@ -157,21 +190,29 @@ class Inventory:
                         best = (key, n, gpus)
         if best is not None:
             return best[1], best[2]
-        buckets = self._buckets.get(cls, [])
+        group = min(p.tensor_parallel, p.gpus_per_shard)
+        buckets = eligible.buckets
         for count in range(p.gpus_per_shard, len(buckets)):
-            for o in buckets[count]:
-                if o in ok:
+            # The first fit in node order among this count's island buckets.
+            found: tuple[NodeState, tuple[int, ...]] | None = None
+            for bucket in buckets[count][group:]:
+                for o in bucket:
+                    if found is not None and o > found[0].ordinal:
+                        break
                     n = nodes[o]
                     gpus = _fit(n, p, mem)
                     if gpus is not None:
-                        return n, gpus
+                        found = (n, gpus)
+                        break
+            if found is not None:
+                return found
         return None
 
     def _pick_cpu(self, model: str, p: Profile) -> tuple[NodeState, tuple[int, ...]] | None:
-        ok, ordered = self._eligible(p)
+        eligible = self._eligible(p)
         mem = p.memory_bytes
-        holders = [o for o in self._holders.get(model, ()) if o in ok]
-        for pool in (holders, ordered):
+        holders = [o for o in self._holders.get(model, ()) if o in eligible.ok]
+        for pool in (holders, eligible.ordered):
             best: tuple[tuple[bool, bool], NodeState] | None = None
             for o in pool:
                 n = self._nodes[o]
@@ -188,10 +229,9 @@ class Inventory:
         return None
 
     def _candidates(self, p: Profile) -> list[multinode.Candidate]:
-        _, ordered = self._eligible(p)
         mem = p.memory_bytes
         out: list[multinode.Candidate] = []
-        for o in ordered:
+        for o in self._eligible(p).ordered:
             n = self._nodes[o]
             gpus = _fit(n, p, mem)
             if gpus is not None:
@@ -242,17 +282,19 @@ class Inventory:
         for shard in decision.shards:
             n = self._by_name[shard.node]
             classes = {g.index: g.gpu_class for g in n.view.gpus}
+            before = {cls: (len(free), n.largest_island(cls)) for cls, free in n.free.items()}
             for index in shard.gpu_indices:
-                cls = classes[index]
-                free = n.free[cls]
+                free = n.free[classes[index]]
                 at = bisect_left(free, index)
                 if at == len(free) or free[at] != index:
                     raise ValueError(f"{shard.node} GPU {index} is not free")
-                bucket = self._buckets[cls][len(free)]
-                del bucket[bisect_left(bucket, n.ordinal)]
                 del free[at]
-                if free:
-                    insort(self._bucket(cls, len(free)), n.ordinal)
+            after = {cls: (len(free), n.largest_island(cls)) for cls, free in n.free.items()}
+            for e in self._eligible_by_key.values():
+                cls = e.gpu_class
+                if cls is not None and cls in before and n.ordinal in e.ok:
+                    if after[cls] != before[cls]:
+                        e.move(n.ordinal, before[cls], after[cls])
             if n.free_mem is not None:
                 n.free_mem -= shard.memory_bytes
             if n.free_cores is not None:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmgw.placement.checks import NodeState, pick_gpus, shard_refusal
 from llmgw.placement.scheduler import Inventory, apply_to_views, place
 from llmgw.placement.types import GB, READY, GpuView, NodeView, Placement, Profile, Reason
 
@@ -200,3 +201,40 @@ def test_multi_node_replicas_keep_the_hard_constraints(
     cluster: tuple[list[NodeView], list[Profile]],
 ) -> None:
     test_every_placement_keeps_the_hard_constraints.hypothesis.inner_test(cluster)  # type: ignore[attr-defined]
+
+
+def reference_pick(nodes: list[NodeView], p: Profile) -> tuple[str, tuple[int, ...]] | None:
+    """The preference order as the module docstring states it, node by node."""
+    fits = []
+    for ordinal, v in enumerate(nodes):
+        n = NodeState(ordinal, v)
+        if shard_refusal(n, p) is None:
+            holder = MODEL not in v.holds_weights
+            if p.gpu_class is None:
+                key: tuple[int, ...] = (holder, n.has_gpus, not n.used, ordinal)
+            else:
+                key = (holder, n.free_count(p.gpu_class), ordinal)
+            fits.append((key, v.name, pick_gpus(n, p)))
+    if not fits:
+        return None
+    _, name, gpus = min(fits)
+    assert gpus is not None
+    return name, gpus
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_the_index_picks_what_a_full_scan_would(
+    cluster: tuple[list[NodeView], list[Profile]],
+) -> None:
+    nodes, ps = cluster
+    inv = Inventory(nodes)
+    for _ in range(4):
+        p = ps[0] if ps[0].nodes_per_replica == 1 else replace(ps[0], nodes_per_replica=1)
+        d = inv.decide(MODEL, p)
+        expected = reference_pick(nodes, p)
+        assert (d.shards[0].node, d.shards[0].gpu_indices) == expected if d else expected is None
+        if d is None:
+            break
+        inv.apply(d)
+        nodes = apply_to_views(nodes, d)
