@@ -5,6 +5,10 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
 django_app = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.urls import path  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_app})
+from llmgw.inventory.consumers import AgentStreamConsumer  # noqa: E402
+
+websockets = URLRouter([path("api/agent/v1/stream", AgentStreamConsumer.as_asgi())])
+application = ProtocolTypeRouter({"http": django_app, "websocket": websockets})

@@ -25,6 +25,8 @@ from .client import (
 from .collectors import Roots
 from .config import AgentConfig, ConfigError, load_config
 from .payload import collect_heartbeat, collect_registration, roots_for
+from .stream import Stream
+from .stream import features as stream_features
 
 log = logging.getLogger("llmgw_agent")
 
@@ -106,15 +108,22 @@ def run(
     try:
         if not ensure_credential(config, client, stop, once):
             return 2
-        registered = send(client.register, lambda: collect_registration(config, roots), "register")
+        if not once:
+            commands = Stream(config.server_url, lambda: client.credential, roots, stop)
+            threading.Thread(target=commands.run_forever, name="stream", daemon=True).start()
+
+        def registration() -> dict[str, Any]:
+            payload = collect_registration(config, roots)
+            payload["features"] = [*payload["features"], *stream_features()]
+            return payload
+
+        registered = send(client.register, registration, "register")
         while not stop.is_set():
             started = time.monotonic()
             answer = send(client.heartbeat, lambda: collect_heartbeat(config, roots), "heartbeat")
             if answer is not None and answer.get("register"):
                 log.info("control plane asked for registration again")
-                registered = send(
-                    client.register, lambda: collect_registration(config, roots), "register"
-                )
+                registered = send(client.register, registration, "register")
             if once:
                 return 0 if registered is not None and answer is not None else 1
             stop.wait(max(0.0, config.heartbeat_interval_s - (time.monotonic() - started)))

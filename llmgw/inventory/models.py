@@ -159,3 +159,35 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} {self.node_name}"
+
+
+class CommandState(models.TextChoices):
+    PENDING = "pending", "pending"
+    SENT = "sent", "sent"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
+
+
+class AgentCommand(models.Model):
+    """A request for an agent to run something and send back what it saw,
+    carried over the agent's own stream: the control plane never opens a
+    connection into a node, and nobody needs SSH to one."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="commands")
+    kind = models.CharField(max_length=64)
+    args = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=16, choices=CommandState.choices, default=CommandState.PENDING)
+    requested_by = models.CharField(max_length=150, blank=True, default="")
+    timeout_s = models.PositiveIntegerField(default=120)
+    output = models.TextField(blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["node", "state"], name="command_node_state")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}@{self.node.name}#{self.pk}"

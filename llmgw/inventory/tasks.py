@@ -6,3 +6,10 @@ from llmgw.inventory import services
 @shared_task(name="llmgw.inventory.tasks.mark_missed_heartbeats")
 def mark_missed_heartbeats() -> list[str]:
     return services.mark_missed_heartbeats()
+
+
+@shared_task(name="llmgw.inventory.tasks.expire_commands")
+def expire_commands() -> int:
+    from llmgw.inventory import commands
+
+    return commands.expire()

@@ -1,0 +1,145 @@
+"""The agent's command stream: a WebSocket the agent opens to the control
+plane, so commands reach the node within a second and nothing ever connects
+into the node (no SSH, no listening port).
+
+Each command runs through a handler of this registry, in a worker thread so
+a long ibnetdiscover does not hold up the next command; its output goes
+back on the same socket. The connection is re-opened with backoff forever.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from websockets.exceptions import WebSocketException
+from websockets.sync.client import ClientConnection, connect
+
+from .client import Backoff
+from .collectors.registry import Roots
+
+log = logging.getLogger("llmgw_agent.stream")
+STREAM = "/api/agent/v1/stream"
+
+Handler = Callable[[Roots, Mapping[str, Any]], str]
+COMMANDS: dict[str, Handler] = {}
+
+
+def command(name: str) -> Callable[[Handler], Handler]:
+    def register(func: Handler) -> Handler:
+        COMMANDS[name] = func
+        return func
+
+    return register
+
+
+@command("ping")
+def ping(roots: Roots, args: Mapping[str, Any]) -> str:
+    return "pong"
+
+
+@command("ibnetdiscover")
+def ibnetdiscover(roots: Roots, args: Mapping[str, Any]) -> str:
+    """The fabric map, as text: the control plane parses it itself, so a
+    format the parser has not met is a control-plane upgrade, not one on
+    every node."""
+    argv = ["ibnetdiscover"]
+    if args.get("ports"):
+        argv.append("-p")
+    if args.get("device"):
+        argv += ["-C", str(args["device"])]
+    if args.get("port"):
+        argv += ["-P", str(args["port"])]
+    done = roots.run(argv)
+    if done.returncode != 0:
+        raise RuntimeError(f"ibnetdiscover exited {done.returncode}: {done.stderr.strip()[:2000]}")
+    return done.stdout
+
+
+def stream_url(server_url: str) -> str:
+    base = server_url.rstrip("/")
+    if base.startswith("https://"):
+        return "wss://" + base[len("https://") :] + STREAM
+    if base.startswith("http://"):
+        return "ws://" + base[len("http://") :] + STREAM
+    raise ValueError(f"server_url {server_url!r}: expected http:// or https://")
+
+
+def features() -> list[str]:
+    return [f"command:{name}" for name in sorted(COMMANDS)]
+
+
+class Stream:
+    def __init__(
+        self,
+        server_url: str,
+        credential: Callable[[], str | None],
+        roots: Roots,
+        stop: threading.Event,
+    ) -> None:
+        self.url = stream_url(server_url)
+        self.credential = credential
+        self.roots = roots
+        self.stop = stop
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="command")
+        self.send_lock = threading.Lock()
+
+    def run_forever(self) -> None:
+        backoff = Backoff(cap=30.0)
+        while not self.stop.is_set():
+            credential = self.credential()
+            if credential is None:
+                self.stop.wait(5.0)
+                continue
+            try:
+                with connect(
+                    self.url,
+                    additional_headers={"Authorization": f"Node {credential}"},
+                    open_timeout=10,
+                    close_timeout=2,
+                ) as ws:
+                    log.info("command stream open")
+                    backoff.reset()
+                    self._serve(ws)
+            except (OSError, WebSocketException, TimeoutError) as exc:
+                delay = backoff.next()
+                log.warning("command stream closed (%s); reopening in %.1f s", exc, delay)
+                self.stop.wait(delay)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _serve(self, ws: ClientConnection) -> None:
+        while not self.stop.is_set():
+            try:
+                raw = ws.recv(timeout=1.0)
+            except TimeoutError:
+                continue
+            message = json.loads(raw)
+            if isinstance(message, dict) and message.get("type") == "command":
+                self.pool.submit(self._run, ws, message)
+
+    def _run(self, ws: ClientConnection, message: dict[str, Any]) -> None:
+        name = str(message.get("command"))
+        handler = COMMANDS.get(name)
+        result: dict[str, Any] = {"type": "result", "id": message.get("id")}
+        if handler is None:
+            result.update(ok=False, error=f"this agent does not answer {name!r}")
+        else:
+            try:
+                args = message.get("args") or {}
+                result.update(
+                    ok=True, output=handler(self.roots, args if isinstance(args, dict) else {})
+                )
+            except Exception as exc:  # a failed command is reported, never fatal
+                result.update(ok=False, error=f"{type(exc).__name__}: {exc}")
+        log.info(
+            "command %s #%s: %s", name, message.get("id"), "ok" if result["ok"] else result["error"]
+        )
+        try:
+            with self.send_lock:
+                ws.send(json.dumps(result))
+        except (OSError, WebSocketException) as exc:
+            log.warning("could not send the result of command #%s: %s", message.get("id"), exc)

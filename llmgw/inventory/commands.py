@@ -1,0 +1,104 @@
+"""The command stream's bookkeeping: queue a command for a node, hand it to
+the node's stream exactly once, store what came back.
+
+The database is the truth and the channel layer only a wake-up call: a
+command queued by a worker in another process reaches the agent within the
+stream's poll interval (1 s) even when no shared channel layer exists (the
+embedded default), and at once when one does.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+from django.utils import timezone
+
+from llmgw.inventory.models import AgentCommand, CommandState, Node
+
+log = logging.getLogger("llmgw.commands")
+MAX_OUTPUT = 64 * 1024 * 1024
+
+
+def group(node_id: int) -> str:
+    return f"agent-{node_id}"
+
+
+def send(
+    node: Node,
+    kind: str,
+    args: dict[str, Any] | None = None,
+    *,
+    actor: str = "system",
+    timeout_s: int = 120,
+) -> AgentCommand:
+    with transaction.atomic():
+        command = AgentCommand.objects.create(
+            node=node, kind=kind, args=args or {}, requested_by=actor, timeout_s=timeout_s
+        )
+        transaction.on_commit(lambda: _wake(node.pk))
+    return command
+
+
+def _wake(node_id: int) -> None:
+    layer = get_channel_layer()
+    if layer is not None:
+        try:
+            async_to_sync(layer.group_send)(group(node_id), {"type": "agent.command"})
+        except Exception:  # the stream's poll delivers it anyway
+            log.debug("could not wake node %s's stream", node_id, exc_info=True)
+
+
+def claim(node_id: int) -> list[AgentCommand]:
+    """Pending commands for the node, marked sent. Compare-and-set on the
+    state, so two deliveries racing (a wake-up and a poll) send each once."""
+    now = timezone.now()
+    claimed = []
+    for command in AgentCommand.objects.filter(
+        node_id=node_id, state=CommandState.PENDING
+    ).order_by("pk"):
+        won = AgentCommand.objects.filter(pk=command.pk, state=CommandState.PENDING).update(
+            state=CommandState.SENT, sent_at=now
+        )
+        if won:
+            claimed.append(command)
+    return claimed
+
+
+def finish(node_id: int, result: dict[str, Any]) -> AgentCommand | None:
+    """Store a result. A node can only answer its own commands."""
+    try:
+        pk = int(result.get("id"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    ok = bool(result.get("ok"))
+    output = str(result.get("output") or "")[:MAX_OUTPUT]
+    error = str(result.get("error") or "")[:10_000]
+    updated = AgentCommand.objects.filter(pk=pk, node_id=node_id, state=CommandState.SENT).update(
+        state=CommandState.DONE if ok else CommandState.FAILED,
+        output=output,
+        error=error,
+        finished_at=timezone.now(),
+    )
+    if not updated:
+        log.warning("node %s answered command %s, which is not its own or not waiting", node_id, pk)
+        return None
+    return AgentCommand.objects.get(pk=pk)
+
+
+def expire(now=None) -> int:  # type: ignore[no-untyped-def]
+    """Fail commands nobody answered in time, saying so."""
+    now = now or timezone.now()
+    expired = 0
+    for command in AgentCommand.objects.filter(state__in=[CommandState.PENDING, CommandState.SENT]):
+        if command.created_at + timedelta(seconds=command.timeout_s) < now:
+            expired += AgentCommand.objects.filter(pk=command.pk, state=command.state).update(
+                state=CommandState.FAILED,
+                finished_at=now,
+                error=f"no answer within {command.timeout_s} s ({command.state} to the agent)",
+            )
+    return expired
