@@ -88,6 +88,9 @@ class NodeState:
         free = self.free.get(gpu_class)
         return len(free) if free else 0
 
+    def gpu_shape(self, gpu_class: str) -> tuple[int, int]:
+        return self.free_count(gpu_class), self.largest_island(gpu_class)
+
     def largest_island(self, gpu_class: str) -> int:
         """Free GPUs of the class in the best-provided NVLink island.
 
@@ -236,14 +239,18 @@ def gpu_refusal(n: NodeState, p: Profile) -> Refusal:
     )
 
 
-def shard_refusal(n: NodeState, p: Profile) -> Refusal | None:
-    """Every per-node rule, in the order an operator would fix them."""
+def dynamic_refusal(n: NodeState, p: Profile) -> Refusal | None:
+    """The rules that applying decisions changes."""
     return (
-        static_refusal(n, p)
-        or memory_refusal(n, p)
+        memory_refusal(n, p)
         or cores_refusal(n, p)
         or (gpu_refusal(n, p) if pick_gpus(n, p) is None else None)
     )
+
+
+def shard_refusal(n: NodeState, p: Profile) -> Refusal | None:
+    """Every per-node rule, in the order an operator would fix them."""
+    return static_refusal(n, p) or dynamic_refusal(n, p)
 
 
 def fabric_adapters(n: NodeState, fabric: str) -> tuple[str, ...]:

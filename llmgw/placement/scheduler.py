@@ -25,7 +25,7 @@ from dataclasses import replace
 from functools import partial
 
 from . import multinode
-from .checks import NodeState, fabric_adapters, pick_gpus, shard_refusal, static_refusal
+from .checks import NodeState, dynamic_refusal, fabric_adapters, pick_gpus, static_refusal
 from .types import (
     Decision,
     Explanation,
@@ -52,41 +52,95 @@ def _static_key(p: Profile) -> _StaticKey:
     )
 
 
-class _Eligible:
-    """The nodes one kind of profile may use at all, indexed by free GPUs.
+class _Grid:
+    """Nodes by (free GPUs of a class, free GPUs in the largest NVLink island).
 
-    Kept per profile kind rather than once for the fleet, so a profile that
-    only a tenth of the fleet may take scans that tenth, not the rest. GPU
-    nodes are bucketed by (free GPUs of the class, free GPUs in the largest
-    NVLink island): best fit walks the first upwards and skips nodes whose
-    islands are too broken up for its tensor-parallel group, which would
-    otherwise be most of a half-full fleet.
+    Best fit walks the first upwards and skips nodes whose islands are too
+    broken up for the tensor-parallel group, which on a half-full fleet would
+    otherwise be most of it. Each cell is sorted, so ties go in node order.
     """
 
-    __slots__ = ("gpu_class", "ok", "ordered", "buckets")
+    __slots__ = ("cells",)
 
-    def __init__(self, gpu_class: str | None, ok: list[NodeState]) -> None:
-        self.gpu_class = gpu_class
-        self.ok = frozenset(n.ordinal for n in ok)
-        self.ordered = [n.ordinal for n in ok]
-        # free count -> largest island -> ordinals, sorted so ties go in node order.
-        self.buckets: list[list[list[int]]] = []
-        if gpu_class is not None:
-            for n in ok:
-                self._slot(n.free_count(gpu_class), n.largest_island(gpu_class)).append(n.ordinal)
+    def __init__(self) -> None:
+        self.cells: list[list[list[int]]] = []
 
-    def _slot(self, count: int, island: int) -> list[int]:
-        while len(self.buckets) <= count:
-            self.buckets.append([])
-        row = self.buckets[count]
+    def copy(self) -> _Grid:
+        other = _Grid()
+        other.cells = [[list(cell) for cell in row] for row in self.cells]
+        return other
+
+    def cell(self, count: int, island: int) -> list[int]:
+        while len(self.cells) <= count:
+            self.cells.append([])
+        row = self.cells[count]
         while len(row) <= island:
             row.append([])
         return row[island]
 
     def move(self, ordinal: int, old: tuple[int, int], new: tuple[int, int]) -> None:
-        bucket = self.buckets[old[0]][old[1]]
-        del bucket[bisect_left(bucket, ordinal)]
-        insort(self._slot(*new), ordinal)
+        cell = self.cells[old[0]][old[1]]
+        del cell[bisect_left(cell, ordinal)]
+        insort(self.cell(*new), ordinal)
+
+    def best_fit(
+        self, nodes: list[NodeState], p: Profile, mem: int
+    ) -> tuple[NodeState, tuple[int, ...]] | None:
+        group = min(p.tensor_parallel, p.gpus_per_shard)
+        for row in self.cells[p.gpus_per_shard :]:
+            # The first fit in node order among this count's island cells.
+            found: tuple[NodeState, tuple[int, ...]] | None = None
+            for cell in row[group:]:
+                for o in cell:
+                    if found is not None and o > found[0].ordinal:
+                        break
+                    n = nodes[o]
+                    gpus = _fit(n, p, mem)
+                    if gpus is not None:
+                        found = (n, gpus)
+                        break
+            if found is not None:
+                return found
+        return None
+
+
+class _Eligible:
+    """The nodes one kind of profile may use at all, and their grids.
+
+    Kept per profile kind rather than once for the fleet, so a profile that
+    only a tenth of the fleet may take scans that tenth, not the rest; and a
+    grid per model of the nodes holding its weights, so preferring them does
+    not mean visiting every one of them on every decision.
+    """
+
+    __slots__ = ("gpu_class", "ok", "ordered", "grid", "holders")
+
+    def __init__(self, gpu_class: str | None, ok: list[NodeState]) -> None:
+        self.gpu_class = gpu_class
+        self.ok = frozenset(n.ordinal for n in ok)
+        self.ordered = [n.ordinal for n in ok]
+        self.grid = self._grid(ok)
+        self.holders: dict[str, _Grid] = {}
+
+    def _grid(self, nodes: list[NodeState]) -> _Grid:
+        grid = _Grid()
+        if self.gpu_class is not None:
+            for n in nodes:
+                grid.cell(*n.gpu_shape(self.gpu_class)).append(n.ordinal)
+        return grid
+
+    def holder_grid(self, model: str, holders: list[NodeState]) -> _Grid:
+        grid = self.holders.get(model)
+        if grid is None:
+            grid = self.holders[model] = self._grid([n for n in holders if n.ordinal in self.ok])
+        return grid
+
+    def copy(self) -> _Eligible:
+        other = _Eligible.__new__(_Eligible)
+        other.gpu_class, other.ok, other.ordered = self.gpu_class, self.ok, self.ordered
+        other.grid = self.grid.copy()
+        other.holders = {m: g.copy() for m, g in self.holders.items()}
+        return other
 
 
 def _fit(n: NodeState, p: Profile, mem: int) -> tuple[int, ...] | None:
@@ -136,12 +190,7 @@ class Inventory:
             other._nodes.append(m)
         other._by_name = {n.view.name: n for n in other._nodes}
         other._holders = self._holders
-        other._eligible_by_key = {}
-        for key, e in self._eligible_by_key.items():
-            c = _Eligible.__new__(_Eligible)
-            c.gpu_class, c.ok, c.ordered = e.gpu_class, e.ok, e.ordered
-            c.buckets = [list(b) for b in e.buckets]
-            other._eligible_by_key[key] = c
+        other._eligible_by_key = {k: e.copy() for k, e in self._eligible_by_key.items()}
         other._pending = weakref.WeakSet()
         return other
 
@@ -174,39 +223,15 @@ class Inventory:
 
     def _pick_gpu(self, model: str, p: Profile) -> tuple[NodeState, tuple[int, ...]] | None:
         eligible = self._eligible(p)
-        ok = eligible.ok
         mem = p.memory_bytes
-        cls = p.gpu_class
-        assert cls is not None
-        nodes = self._nodes
-        best: tuple[tuple[int, int], NodeState, tuple[int, ...]] | None = None
-        for o in self._holders.get(model, ()):
-            if o in ok:
-                n = nodes[o]
-                gpus = _fit(n, p, mem)
-                if gpus is not None:
-                    key = (n.free_count(cls), o)
-                    if best is None or key < best[0]:
-                        best = (key, n, gpus)
-        if best is not None:
-            return best[1], best[2]
-        group = min(p.tensor_parallel, p.gpus_per_shard)
-        buckets = eligible.buckets
-        for count in range(p.gpus_per_shard, len(buckets)):
-            # The first fit in node order among this count's island buckets.
-            found: tuple[NodeState, tuple[int, ...]] | None = None
-            for bucket in buckets[count][group:]:
-                for o in bucket:
-                    if found is not None and o > found[0].ordinal:
-                        break
-                    n = nodes[o]
-                    gpus = _fit(n, p, mem)
-                    if gpus is not None:
-                        found = (n, gpus)
-                        break
+        holders = self._holders.get(model)
+        if holders:
+            found = eligible.holder_grid(model, [self._nodes[o] for o in holders]).best_fit(
+                self._nodes, p, mem
+            )
             if found is not None:
                 return found
-        return None
+        return eligible.grid.best_fit(self._nodes, p, mem)
 
     def _pick_cpu(self, model: str, p: Profile) -> tuple[NodeState, tuple[int, ...]] | None:
         eligible = self._eligible(p)
@@ -282,19 +307,24 @@ class Inventory:
         for shard in decision.shards:
             n = self._by_name[shard.node]
             classes = {g.index: g.gpu_class for g in n.view.gpus}
-            before = {cls: (len(free), n.largest_island(cls)) for cls, free in n.free.items()}
+            before = {cls: n.gpu_shape(cls) for cls in n.free}
             for index in shard.gpu_indices:
-                free = n.free[classes[index]]
+                free = n.free.get(classes.get(index, ""), [])
                 at = bisect_left(free, index)
                 if at == len(free) or free[at] != index:
                     raise ValueError(f"{shard.node} GPU {index} is not free")
                 del free[at]
-            after = {cls: (len(free), n.largest_island(cls)) for cls, free in n.free.items()}
             for e in self._eligible_by_key.values():
                 cls = e.gpu_class
-                if cls is not None and cls in before and n.ordinal in e.ok:
-                    if after[cls] != before[cls]:
-                        e.move(n.ordinal, before[cls], after[cls])
+                if cls is None or cls not in before or n.ordinal not in e.ok:
+                    continue
+                after = n.gpu_shape(cls)
+                if after != before[cls]:
+                    e.grid.move(n.ordinal, before[cls], after)
+                    for model in n.view.holds_weights:
+                        grid = e.holders.get(model)
+                        if grid is not None:
+                            grid.move(n.ordinal, before[cls], after)
             if n.free_mem is not None:
                 n.free_mem -= shard.memory_bytes
             if n.free_cores is not None:
@@ -307,6 +337,7 @@ class Inventory:
         chosen = {s.node: s for s in decision.shards} if decision else {}
         out: list[tuple[int, Rejection]] = []
         cands: list[multinode.Candidate] = []
+        ok = self._eligible(p).ok
         for n in self._nodes:
             name = n.view.name
             if name in chosen:
@@ -315,7 +346,8 @@ class Inventory:
                 if p.nodes_per_replica > 1:
                     cands.append((n, chosen[name].gpu_indices))
                 continue
-            refusal = shard_refusal(n, p)
+            # Rules no decision changes were settled when the index was built.
+            refusal = dynamic_refusal(n, p) if n.ordinal in ok else static_refusal(n, p)
             if refusal is not None:
                 out.append((n.ordinal, Rejection(name, refusal[0], refusal[1], p.name)))
             else:
