@@ -142,6 +142,8 @@ def engine_refusal(n: NodeState, p: Profile) -> Refusal | None:
     if not v.engines_probed:
         return None
     versions = n.engine_versions.get(p.engine)
+    # An engine reported without a version (named in agent.yaml on purpose)
+    # is of unknown version, which is not a wrong one.
     wanted = p.engine if p.engine_version is None else f"{p.engine}@{p.engine_version}"
     if versions is not None and (
         p.engine_version is None or None in versions or p.engine_version in versions

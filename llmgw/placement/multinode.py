@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .checks import NodeState, Refusal, fabric_adapters
+from .checks import NodeState, Refusal, fabric_adapters, plural
 from .types import Profile, Reason
 
 Candidate = tuple[NodeState, tuple[int, ...]]
@@ -137,7 +137,7 @@ def unchosen(cands: list[Candidate], p: Profile, model: str) -> dict[int, Refusa
             g = max(groups, key=lambda g: sizes[g])
             out[n.ordinal] = (
                 Reason.FABRIC_TOO_SMALL,
-                f"{v.name} fits, but {g} has {sizes[g]} nodes that fit, needs {k}",
+                f"{v.name} fits, but {g} has {plural(sizes[g], 'node')} that fit, needs {k}",
             )
         else:
             assert best is not None

@@ -112,7 +112,7 @@ def test_multi_node_never_mixes_fabrics_and_uses_only_that_fabrics_adapters() ->
     assert d is not None and set(d.nodes) == {"a1", "b1"} and d.fabric == "ib-b"
     assert all(s.adapters == ("mlx5_4",) for s in d.shards)
     assert reasons(result)["c1"][0] is Reason.FABRIC_TOO_SMALL
-    assert "ib-c has 1 nodes that fit, needs 2" in reasons(result)["c1"][1]
+    assert "ib-c has 1 node that fit, needs 2" in reasons(result)["c1"][1]
     assert reasons(result)["none"][0] is Reason.FABRIC
     declared = place("m", [gpu_profile(gpus=8, tp=8, nodes_per_replica=2, fabric="ib-a")], nodes)
     assert declared.decision is None
@@ -133,6 +133,13 @@ def test_tensor_parallel_group_stays_in_one_nvlink_island() -> None:
         "largest free NVLink island has 3, a tensor-parallel group needs 4"
         in reasons(result)["a"][1]
     )
+
+
+def test_each_tensor_parallel_group_of_a_shard_takes_the_tightest_island() -> None:
+    islands = (frozenset({0, 1, 2, 3}), frozenset({4, 5, 6, 7}))
+    node = gpu_node("a", allocated=(0, 4, 5), nvlink_islands=islands)
+    d = place("m", [gpu_profile(gpus=4, tp=2)], [node]).decision
+    assert d is not None and d.shards[0].gpu_indices == (1, 2, 6, 7)
 
 
 def test_without_topology_lowest_free_indices() -> None:
