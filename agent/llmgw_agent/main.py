@@ -114,7 +114,8 @@ def run(
 
         def registration() -> dict[str, Any]:
             payload = collect_registration(config, roots)
-            payload["features"] = [*payload["features"], *stream_features()]
+            if not once:  # only a running stream answers commands
+                payload["features"] = [*payload["features"], *stream_features()]
             return payload
 
         registered = send(client.register, registration, "register")
