@@ -18,6 +18,7 @@ Target at 5,000 nodes: 1,000 decisions/s, a full explanation within 100 ms.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import resource
 import statistics
@@ -225,6 +226,11 @@ def main() -> None:
     sizes = (200, 1_000) if args.quick else SIZES
     decisions = 200 if args.quick else 2_000
     print("llmgw placement benchmark (peer: naive filter-then-sort in bench/placement.py)")
+    # Wall-clock figures: on a shared machine they move with its load.
+    load = os.getloadavg()[0]
+    print(
+        f"load average {load:.1f} on {os.cpu_count()} CPUs{' (busy: figures are noisy)' if load > (os.cpu_count() or 1) else ''}"
+    )
     results = {}
     for size in sizes:
         results[size] = run_size(size, decisions, peer_decisions=max(5, 50_000 // size))

@@ -36,6 +36,7 @@ from .types import (
     Rejection,
     RejectionSource,
     Shard,
+    gc_paused,
 )
 
 _StaticKey = tuple[object, ...]
@@ -156,7 +157,8 @@ class Inventory:
     """A mutable, indexed copy of the fleet; never touches the views given."""
 
     def __init__(self, nodes: Iterable[NodeView]) -> None:
-        self._nodes = [NodeState(i, v) for i, v in enumerate(nodes)]
+        with gc_paused():
+            self._nodes = [NodeState(i, v) for i, v in enumerate(nodes)]
         self._by_name: dict[str, NodeState] = {}
         for n in self._nodes:
             if n.view.name in self._by_name:
@@ -174,8 +176,9 @@ class Inventory:
         key = _static_key(p)
         eligible = self._eligible_by_key.get(key)
         if eligible is None:
-            ok = [n for n in self._nodes if static_refusal(n, p) is None]
-            eligible = _Eligible(p.gpu_class, ok)
+            with gc_paused():
+                ok = [n for n in self._nodes if static_refusal(n, p) is None]
+                eligible = _Eligible(p.gpu_class, ok)
             self._eligible_by_key[key] = eligible
         return eligible
 

@@ -12,7 +12,8 @@ and agents report bytes.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -186,6 +187,23 @@ class Decision:
         return cores or None
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Hold the cyclic collector off while building many acyclic objects.
+
+    Indexing a fleet or explaining a refusal makes tens of thousands of small
+    objects and no cycles; left on, the collector walks the whole growing heap
+    again and again meanwhile, and at 20,000 nodes that is most of the time.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 # Computes one profile's rejections on demand; see Explanation.
 RejectionSource = Callable[[], tuple[Rejection, ...]]
 
@@ -214,16 +232,8 @@ class Explanation:
 
     def materialize(self) -> None:
         if self._rejections is None:
-            # Tens of thousands of small objects that form no cycles: left on,
-            # the collector walks the whole fleet several times meanwhile and
-            # doubles the time this takes.
-            paused = gc.isenabled()
-            gc.disable()
-            try:
+            with gc_paused():
                 self._rejections = tuple(r for source in self._sources for r in source())
-            finally:
-                if paused:
-                    gc.enable()
             self._sources = []
 
     def by_reason(self) -> dict[str, dict[Reason, list[Rejection]]]:
