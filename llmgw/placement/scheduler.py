@@ -229,9 +229,10 @@ class Inventory:
         mem = p.memory_bytes
         holders = self._holders.get(model)
         if holders:
-            found = eligible.holder_grid(model, [self._nodes[o] for o in holders]).best_fit(
-                self._nodes, p, mem
-            )
+            grid = eligible.holders.get(model)
+            if grid is None:
+                grid = eligible.holder_grid(model, [self._nodes[o] for o in holders])
+            found = grid.best_fit(self._nodes, p, mem)
             if found is not None:
                 return found
         return eligible.grid.best_fit(self._nodes, p, mem)
