@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PG_URL ?= postgres://postgres@127.0.0.1:5432/llmgw
 REDIS ?= redis://127.0.0.1:6379/0
 
-.PHONY: demo test venv lint typecheck pytest fmt services bench-heartbeat bench-placement bench-fabric clean
+.PHONY: demo test venv lint typecheck rules pytest fmt services bench-heartbeat bench-placement bench-fabric clean
 
 $(BIN)/.installed: pyproject.toml agent/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,7 +40,12 @@ pytest: venv services
 	DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$code
 
-test: lint typecheck pytest
+# Alert rules: syntax, then their unit tests.
+rules: services
+	promtool check rules deploy/prometheus/alerts.yml
+	cd deploy/prometheus && promtool test rules alerts_test.yml
+
+test: lint typecheck rules pytest
 
 BENCH_DB ?= postgres://postgres@127.0.0.1:5432/llmgw_bench
 bench-heartbeat: venv services
