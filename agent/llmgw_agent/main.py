@@ -152,6 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--print", action="store_true", help="print the payloads; contact no server"
     )
+    parser.add_argument(
+        "--doctor", action="store_true", help="check GPU fabric and IMEX; say what to do"
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--version", action="version", version=__version__)
     args = parser.parse_args(argv)
@@ -168,6 +171,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.print:
         return print_payloads(config)
+    if args.doctor:
+        from .doctor import print_report
+
+        return print_report(roots_for(config))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -22,6 +22,9 @@ SYSTEM_FIELDS = (
     "nvidia_driver",
 )  # fmt: skip
 HEARTBEAT_PARTS = ("cpu", "memory", "filesystems", "weights")
+# GPU, sensor and IMEX parts (collectors gpus, sensors, imex); each absent when unmeasured.
+GPU_HEARTBEAT_PARTS = ("gpus", "sensors", "imex", "sxids", "xids_unattributed")
+GPU_REGISTER_PARTS = ("gpu_topology", "imex")
 # Requests this agent answers beyond the usual, and parts it can report: the control plane
 # reads their absence as "too old to say", not as "has none".
 OPTIONAL_FEATURES = ("filesystems", "weights")
@@ -79,7 +82,7 @@ def build_heartbeat(
         "node": node,
         "sent_at": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    payload.update({k: data[k] for k in HEARTBEAT_PARTS if k in data})
+    payload.update({k: data[k] for k in (*HEARTBEAT_PARTS, *GPU_HEARTBEAT_PARTS) if k in data})
     payload["collectors"] = [dict(c) for c in collectors]
     return payload
 
@@ -100,14 +103,17 @@ def collect_registration(config: AgentConfig, roots: Roots) -> dict[str, Any]:
         # Registration has no collectors list; the failure would otherwise go unseen.
         if not result["ok"]:
             log.warning("collector %s failed: %s", result["name"], result["error"])
-    return build_registration(
+    payload = build_registration(
         config.node,
         system=data.get("system"),
+        gpus=data.get("gpus"),
         labels=config.labels,
         features=features_for(config.collectors),
         heartbeat_interval_s=max(1, round(config.heartbeat_interval_s)),
         fabrics=[f.as_dict() for f in config.fabrics],
     )
+    payload.update({k: data[k] for k in GPU_REGISTER_PARTS if k in data})
+    return payload
 
 
 def collect_heartbeat(config: AgentConfig, roots: Roots) -> dict[str, Any]:

@@ -95,7 +95,8 @@ def test_cpu_first_call_waits_for_a_second_sample(tmp_path: Path) -> None:
 
 def test_heartbeat_part_runs_on_the_recorded_host() -> None:
     data, results = run_collectors(host_roots(), part="heartbeat")
-    assert {r["name"] for r in results} == {"cpu", "memory", "filesystems", "weights"}
+    # Other heartbeat collectors (GPUs, sensors, ports) find nothing in this tree.
+    assert {"cpu", "memory", "filesystems", "weights"} <= {r["name"] for r in results}
     assert all(r["ok"] for r in results), results
     assert "filesystems" not in data  # no model dirs: unknown
     assert data["weights"] == {"probed": False, "models": []}

@@ -35,7 +35,8 @@ def test_a_failing_collector_is_isolated_and_reported() -> None:
 
 def test_switched_off_collector_does_not_run() -> None:
     data, results = run_collectors(host_roots(), enabled={"cpu": False, "weights": False})
-    assert {r["name"] for r in results} == {"system", "memory", "filesystems"}
+    names = {r["name"] for r in results}
+    assert {"system", "memory", "filesystems"} <= names and not {"cpu", "weights"} & names
     assert "cpu" not in data and "weights" not in data
 
 

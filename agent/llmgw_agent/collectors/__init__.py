@@ -1,6 +1,15 @@
 """The collectors. Importing this package registers every one of them."""
 
-from . import cpu, filesystems, memory, system, weights  # noqa: F401 - registers them
+from . import (  # noqa: F401 - registers them
+    cpu,
+    filesystems,
+    gpu,
+    gpu_imex,
+    memory,
+    sensors,
+    system,
+    weights,
+)
 from .registry import (
     REGISTRY,
     CommandResult,

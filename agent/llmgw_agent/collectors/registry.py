@@ -71,6 +71,9 @@ class Roots:
     cpu_first_sample_s: float = 0.25
     # Scratch space kept between runs (the previous CPU counters): utilisation is a rate.
     memo: dict[str, Any] = field(default_factory=dict)
+    # Returns the pynvml module (or a fake with its functions). None: import pynvml when
+    # reading the live host; a fixture root gets no NVML, so it never sees the test machine.
+    nvml: Callable[[], Any] | None = None
 
 
 Collect = Callable[[Roots], dict[str, Any]]
