@@ -15,7 +15,6 @@ it are foreign), "gpu.kernel_log" (a callable returning new kernel log lines) an
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 from . import gpu_topology as topo
@@ -32,7 +31,7 @@ from .gpu_nvml import (
     text,
 )
 from .registry import Roots, collector
-from .xid_log import KmsgReader, count
+from .xid_log import gpu_xids
 
 log = logging.getLogger("llmgw_agent.gpu")
 
@@ -151,50 +150,6 @@ def _topology(
     return {"gpus": [u for _, _, u, _ in live], "matrix": grid}
 
 
-def _kernel_lines(roots: Roots) -> list[str] | None:
-    """New kernel log lines, or None when the kernel log cannot be read."""
-    source = roots.memo.get("gpu.kernel_log")
-    if source is None and "gpu.kernel_log" not in roots.memo:
-        # Only the live host's log; a fixture root must not read the test machine's.
-        source = KmsgReader(Path("/dev/kmsg")) if roots.proc == Path("/proc") else None
-        roots.memo["gpu.kernel_log"] = source
-    if source is None:
-        return None
-    try:
-        return list(source())
-    except OSError as exc:
-        log.warning("cannot read the kernel log (%s): kernel XIDs are unknown", exc)
-        roots.memo["gpu.kernel_log"] = None
-        return None
-
-
-def _nvml_xids(roots: Roots, nvml: Any, handles: list[Any]) -> dict[str, dict[int, int]]:
-    """Drain NVML's XID events (wait 0 ms) into cumulative counts by PCI address (the
-    kernel log's key; a UUID may be unreadable on a failing card)."""
-    counts: dict[str, dict[int, int]] = roots.memo.setdefault("gpu.xid_nvml", {})
-    xid_type = getattr(nvml, "nvmlEventTypeXidCriticalError", 8)
-    event_set = roots.memo.get("gpu.event_set")
-    if event_set is None:
-        event_set = call(nvml, "nvmlEventSetCreate")
-        if event_set is None:
-            return counts
-        for h in handles:
-            call(nvml, "nvmlDeviceRegisterEvents", h, xid_type, event_set)
-        roots.memo["gpu.event_set"] = event_set
-    for _ in range(10_000):  # bounded: a storm must not hold the heartbeat
-        data = call(nvml, "nvmlEventSetWait", event_set, 0)  # NVMLError_Timeout: none left
-        if data is None:
-            break
-        if int(getattr(data, "eventType", 0)) & xid_type:
-            pci = call(nvml, "nvmlDeviceGetPciInfo", data.device)
-            bus = text(getattr(pci, "busId", None)) if pci is not None else None
-            if bus:
-                codes = counts.setdefault(pci_key(bus, with_function=False), {})
-                code = int(data.eventData)
-                codes[code] = codes.get(code, 0) + 1
-    return counts
-
-
 def _minute(roots: Roots, nvml: Any, h: Any, entry: dict[str, Any]) -> None:
     rows = call(nvml, "nvmlDeviceGetRemappedRows", h)
     # N/A under MIG (NotSupported): null, i.e. "asked, the card cannot say".
@@ -234,7 +189,7 @@ def collect_gpus(roots: Roots) -> dict[str, Any]:
     xids: dict[str, dict[int, int]] | None = None
     out: dict[str, Any] = {}
     if minute:
-        xids, extra = _xids(roots, nvml, devices)
+        xids, extra = gpu_xids(roots, nvml, devices)
         out.update(extra)
     gpus: list[dict[str, Any]] = []
     for index, h, uuid, bus in devices:
@@ -271,44 +226,3 @@ def collect_gpus(roots: Roots) -> dict[str, Any]:
         gpus.append(entry)
     out["gpus"] = gpus
     return out
-
-
-def _xids(
-    roots: Roots, nvml: Any, devices: list[tuple[int, Any, str | None, str | None]]
-) -> tuple[dict[str, dict[int, int]] | None, dict[str, Any]]:
-    """Cumulative XID counts per GPU PCI address ("0000:9b:00"), and the node-level
-    extras (sxids, xids_unattributed).
-
-    The kernel log and NVML events see the same XIDs; each code's count is the larger of
-    the two, so one XID is never counted twice and one source missing it loses nothing.
-    """
-    kernel: dict[str, dict[str, dict[int, int]]] = roots.memo.setdefault(
-        "gpu.xid_kernel", {"xid": {}, "sxid": {}}
-    )
-    lines = _kernel_lines(roots)
-    if lines is not None:
-        count(lines, kernel)
-    events = _nvml_xids(roots, nvml, [h for _, h, _, _ in devices if h is not None])
-    if lines is None and roots.memo.get("gpu.event_set") is None:
-        return None, {}
-    known = {pci_key(b, with_function=False) for _, _, _, b in devices if b}
-    merged: dict[str, dict[int, int]] = {p: dict(c) for p, c in events.items()}
-    for pci, codes in kernel["xid"].items():
-        target = merged.setdefault(pci, {})
-        for code, n in codes.items():
-            target[code] = max(target.get(code, 0), n)
-    # e.g. a GPU fallen off the bus, which NVML no longer lists
-    unattributed = {
-        pci: {str(c): n for c, n in sorted(codes.items())}
-        for pci, codes in merged.items()
-        if pci not in known
-    }
-    extra: dict[str, Any] = {}
-    if unattributed:
-        extra["xids_unattributed"] = unattributed
-    if lines is not None:
-        extra["sxids"] = {
-            pci: {str(c): n for c, n in sorted(codes.items())}
-            for pci, codes in kernel["sxid"].items()
-        }
-    return merged, extra

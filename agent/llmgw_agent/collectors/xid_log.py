@@ -17,11 +17,18 @@ GSP RPC error prints ... (printing 1 of every 30)"), so a log count is a lower b
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from .gpu_nvml import call, pci_key, text
+from .registry import Roots
+
+log = logging.getLogger("llmgw_agent.gpu")
 
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})[^)]*\): (\d+)")
 _SXID = re.compile(
@@ -105,3 +112,91 @@ class KmsgReader:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+# --- what the gpus collector sends, once a minute ---------------------------------------
+
+
+def _kernel_lines(roots: Roots) -> list[str] | None:
+    """New kernel log lines, or None when the kernel log cannot be read."""
+    source = roots.memo.get("gpu.kernel_log")
+    if source is None and "gpu.kernel_log" not in roots.memo:
+        # Only the live host's log; a fixture root must not read the test machine's.
+        source = KmsgReader(Path("/dev/kmsg")) if roots.proc == Path("/proc") else None
+        roots.memo["gpu.kernel_log"] = source
+    if source is None:
+        return None
+    try:
+        return list(source())
+    except OSError as exc:
+        log.warning("cannot read the kernel log (%s): kernel XIDs are unknown", exc)
+        roots.memo["gpu.kernel_log"] = None
+        return None
+
+
+def _nvml_xids(roots: Roots, nvml: Any, handles: list[Any]) -> dict[str, dict[int, int]]:
+    """Drain NVML's XID events (wait 0 ms) into cumulative counts by PCI address (the
+    kernel log's key; a UUID may be unreadable on a failing card)."""
+    counts: dict[str, dict[int, int]] = roots.memo.setdefault("gpu.xid_nvml", {})
+    xid_type = getattr(nvml, "nvmlEventTypeXidCriticalError", 8)
+    event_set = roots.memo.get("gpu.event_set")
+    if event_set is None:
+        event_set = call(nvml, "nvmlEventSetCreate")
+        if event_set is None:
+            return counts
+        for h in handles:
+            call(nvml, "nvmlDeviceRegisterEvents", h, xid_type, event_set)
+        roots.memo["gpu.event_set"] = event_set
+    for _ in range(10_000):  # bounded: a storm must not hold the heartbeat
+        data = call(nvml, "nvmlEventSetWait", event_set, 0)  # NVMLError_Timeout: none left
+        if data is None:
+            break
+        if int(getattr(data, "eventType", 0)) & xid_type:
+            pci = call(nvml, "nvmlDeviceGetPciInfo", data.device)
+            bus = text(getattr(pci, "busId", None)) if pci is not None else None
+            if bus:
+                codes = counts.setdefault(pci_key(bus, with_function=False), {})
+                code = int(data.eventData)
+                codes[code] = codes.get(code, 0) + 1
+    return counts
+
+
+def gpu_xids(
+    roots: Roots, nvml: Any, devices: list[tuple[int, Any, str | None, str | None]]
+) -> tuple[dict[str, dict[int, int]] | None, dict[str, Any]]:
+    """Cumulative XID counts per GPU PCI address ("0000:9b:00"), and the node-level
+    extras (sxids, xids_unattributed).
+
+    The kernel log and NVML events see the same XIDs; each code's count is the larger of
+    the two, so one XID is never counted twice and one source missing it loses nothing.
+    """
+    kernel: dict[str, dict[str, dict[int, int]]] = roots.memo.setdefault(
+        "gpu.xid_kernel", {"xid": {}, "sxid": {}}
+    )
+    lines = _kernel_lines(roots)
+    if lines is not None:
+        count(lines, kernel)
+    events = _nvml_xids(roots, nvml, [h for _, h, _, _ in devices if h is not None])
+    if lines is None and roots.memo.get("gpu.event_set") is None:
+        return None, {}
+    known = {pci_key(b, with_function=False) for _, _, _, b in devices if b}
+    merged: dict[str, dict[int, int]] = {p: dict(c) for p, c in events.items()}
+    for pci, codes in kernel["xid"].items():
+        target = merged.setdefault(pci, {})
+        for code, n in codes.items():
+            target[code] = max(target.get(code, 0), n)
+    # e.g. a GPU fallen off the bus, which NVML no longer lists
+    unattributed = {
+        pci: {str(c): n for c, n in sorted(codes.items())}
+        for pci, codes in merged.items()
+        if pci not in known
+    }
+    extra: dict[str, Any] = {}
+    if unattributed:
+        extra["xids_unattributed"] = unattributed
+    if lines is not None:
+        extra["sxids"] = {
+            pci: {str(c): n for c, n in sorted(codes.items())}
+            for pci, codes in kernel["sxid"].items()
+        }
+    return merged, extra
