@@ -146,6 +146,7 @@ def run_size(size: int, decisions: int, peer_decisions: int) -> dict[str, float]
     times: list[float] = []
     apply_times: list[float] = []
     made: list[Decision | None] = []
+    cpu0 = time.process_time()
     for i in range(decisions):
         profiles = WORKLOAD[i % len(WORKLOAD)]
         t = time.perf_counter()
@@ -161,14 +162,19 @@ def run_size(size: int, decisions: int, peer_decisions: int) -> dict[str, float]
             inv.apply(decision)
             apply_times.append(time.perf_counter() - t)
 
+    # CPU time is what contention on a shared machine leaves alone.
+    cpu_s = time.process_time() - cpu0
+
     # The full explanation of a refusal: decide, judge every node, group, render.
     explain: list[float] = []
+    explain_cpu: list[float] = []
     lines = 0
     for _ in range(5):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         refused = inv.place(MODEL, REFUSED)
         text = refused.explanation.render()
         explain.append(time.perf_counter() - t)
+        explain_cpu.append(time.process_time() - c)
         assert refused.decision is None
         lines = len(refused.explanation.rejections)
     assert "1500 GB" in text
@@ -200,14 +206,21 @@ def run_size(size: int, decisions: int, peer_decisions: int) -> dict[str, float]
     )
     print(f"  index build           {build_s * 1e3:8.1f} ms")
     print(f"  decisions             {decisions:,} ({placed:,} placed, each applied to the copy)")
-    print(f"  decisions/s           {1 / mean:10,.0f}")
+    print(
+        f"  decisions/s           {1 / mean:10,.0f}   ({decisions / cpu_s:,.0f} by CPU time, apply included)"
+    )
     print(
         f"  p50 / p99 per decision {pct(times, 0.5) * 1e6:7.1f} us / {pct(times, 0.99) * 1e6:.1f} us"
+    )
+    print(
+        "  (the mean includes the first decision of each kind of profile,"
+        " which indexes the fleet for that kind once)"
     )
     print(f"  apply p50             {pct(apply_times, 0.5) * 1e6:8.1f} us")
     print(
         f"  full refusal explanation {min(explain) * 1e3:6.1f} ms best, "
-        f"{statistics.median(explain) * 1e3:.1f} ms median ({lines:,} rejections, 2 profiles)"
+        f"{statistics.median(explain) * 1e3:.1f} ms median, "
+        f"{statistics.median(explain_cpu) * 1e3:.1f} ms CPU ({lines:,} rejections, 2 profiles)"
     )
     print(f"  peak memory           {traced_peak / 2**20:8.1f} MiB traced (index + explanation)")
     print(
@@ -216,7 +229,13 @@ def run_size(size: int, decisions: int, peer_decisions: int) -> dict[str, float]
     print(
         f"  llmgw/naive speed     {peer_mean / mean:10,.1f}x   same decisions: {'yes' if agree else 'NO'}"
     )
-    return {"decision": mean, "explain": statistics.median(explain), "build": build_s}
+    return {
+        "decision": mean,
+        "explain": statistics.median(explain),
+        "build": build_s,
+        "decision_cpu": cpu_s / decisions,
+        "explain_cpu": statistics.median(explain_cpu),
+    }
 
 
 def main() -> None:
@@ -234,18 +253,26 @@ def main() -> None:
     results = {}
     for size in sizes:
         results[size] = run_size(size, decisions, peer_decisions=max(5, 50_000 // size))
-    print("\nper-node cost, larger size against smaller (1.0 = linear growth, below = sublinear):")
+    print(
+        "\nper-node cost by CPU time (build: wall), larger size against smaller"
+        " (1.0 = linear growth, below = sublinear):"
+    )
     for a, b in zip(sizes, sizes[1:], strict=False):
-        for what in ("decision", "explain", "build"):
+        for what in ("decision_cpu", "explain_cpu", "build"):
             ratio = (results[b][what] / b) / (results[a][what] / a)
-            print(f"  {what:9s} {a:>6,} -> {b:>6,} nodes: {ratio:5.2f}")
+            print(f"  {what.removesuffix('_cpu'):9s} {a:>6,} -> {b:>6,} nodes: {ratio:5.2f}")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"\nprocess peak RSS {rss / 1024:.0f} MiB (getrusage)")
     at = 5_000 if 5_000 in results else sizes[-1]
-    ok = 1 / results[at]["decision"] >= 1_000 and results[at]["explain"] <= 0.1
-    print(
-        f"target at {at:,} nodes (1,000 decisions/s, explanation <= 100 ms): {'met' if ok else 'MISSED'}"
-    )
+    for clock, d, e in (
+        ("wall clock", "decision", "explain"),
+        ("CPU time", "decision_cpu", "explain_cpu"),
+    ):
+        ok = 1 / results[at][d] >= 1_000 and results[at][e] <= 0.1
+        print(
+            f"target at {at:,} nodes (1,000 decisions/s, explanation <= 100 ms) by {clock}: "
+            f"{'met' if ok else 'MISSED'}"
+        )
 
 
 if __name__ == "__main__":

@@ -7,11 +7,16 @@ full node.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .types import GB, READY, NodeView, Profile, Reason
 
 Refusal = tuple[Reason, str]
 
 
+# Explaining a refusal formats a few figures per node, and a fleet repeats
+# the same few totals and claims: formatting was the largest single cost.
+@lru_cache(maxsize=4096)
 def gb(n: int | float) -> str:
     value = n / GB
     text = f"{value:.1f}".removesuffix(".0")
