@@ -1,0 +1,168 @@
+"""Install one engine build: packages, download, checksum, unpack, ldd, --version, marker.
+
+The marker is written last and only after the binary ran: a folder without one is not
+installed, whatever else is in it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from ..collectors import CommandRunner
+from .archive import UnsafeArchiveError, archive_root, unpack
+from .download import DownloadError, Progress, download, filename_of
+from .packages import PackageError, PackageManager, ensure_packages, packages_for
+from .platform import parse_platform
+from .spec import EngineSpec
+from .verify import MARKER, Marker, VerifyError, VersionInfo, check_llama_server
+
+log = logging.getLogger("llmgw_agent.engines")
+
+DOWNLOADS = ".downloads"
+
+
+class InstallError(Exception):
+    """The install failed; the message is what the node reports."""
+
+
+@dataclass(frozen=True)
+class Installed:
+    folder: Path
+    binary: Path
+    marker: Marker
+    info: VersionInfo
+
+
+def find_binary(root: Path, name: str) -> Path | None:
+    """`name` at the archive's top, else in build/bin/ or bin/, else the shallowest match."""
+    for candidate in (root / name, root / "build" / "bin" / name, root / "bin" / name):
+        if candidate.is_file():
+            return candidate
+    found = sorted(root.rglob(name), key=lambda p: len(p.parts))
+    return next((p for p in found if p.is_file()), None)
+
+
+def install(
+    spec: EngineSpec,
+    platform: str,
+    *,
+    engines_dir: Path,
+    run_local: CommandRunner,
+    run_packages: CommandRunner | None = None,
+    package_manager: PackageManager | None = None,
+    progress: Progress = lambda _: None,
+    client: httpx.Client | None = None,
+    stop: threading.Event | None = None,
+) -> Installed:
+    binary_name = spec.binary
+    if binary_name is None:
+        raise InstallError(
+            f"{spec.name} is not installed by the agent: name it under engines: in agent.yaml"
+        )
+    build = spec.builds.get(platform)
+    parsed = parse_platform(platform)
+    if build is None or parsed is None:
+        raise InstallError(f"{spec.name} {spec.version} offers no build {platform!r}")
+    engines_dir.mkdir(parents=True, exist_ok=True)
+
+    if package_manager is not None and run_packages is not None:
+        wanted = packages_for(parsed, package_manager)
+        progress(f"checking OS packages ({', '.join(wanted)})")
+        try:
+            added = ensure_packages(run_packages, package_manager, wanted)
+        except PackageError as exc:
+            raise InstallError(str(exc)) from exc
+        if added:
+            log.info("installed OS packages for %s: %s", spec.name, " ".join(added))
+
+    name = filename_of(build.url)
+    try:
+        archive = download(
+            build.url,
+            engines_dir / DOWNLOADS,
+            sha256=build.sha256,
+            progress=progress,
+            client=client,
+            stop=stop,
+        )
+    except DownloadError as exc:
+        raise InstallError(str(exc)) from exc
+
+    staging = Path(
+        tempfile.mkdtemp(prefix=f".staging-{spec.folder_name(platform)}-", dir=engines_dir)
+    )
+    try:
+        progress(f"unpacking {name}")
+        try:
+            unpack(archive, staging)
+        except UnsafeArchiveError as exc:
+            raise InstallError(f"{name}: {exc}") from exc
+        finally:
+            archive.unlink(missing_ok=True)
+        binary = find_binary(archive_root(staging), binary_name)
+        if binary is None:
+            raise InstallError(f"{name} holds no {binary_name}")
+        relative = binary.relative_to(staging)
+        progress(f"checking {binary_name}: ldd, then {binary_name} --version")
+        try:
+            info = check_llama_server(binary, run_local, spec.version)
+        except VerifyError as exc:
+            raise InstallError(str(exc)) from exc
+
+        folder = engines_dir / spec.folder_name(platform)
+        if folder.exists():
+            # Whatever is there carries no marker we trust (else nobody would install).
+            shutil.rmtree(folder)
+        staging.rename(folder)
+        marker = Marker(
+            engine=spec.name,
+            version=spec.version,
+            platform=platform,
+            sha256=build.sha256,
+            binary=str(relative),
+            reported_version=info.version,
+            commit=info.commit,
+            installed_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
+        marker.write(folder)
+        return Installed(folder, folder / relative, marker, info)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def recheck(folder: Path, run_local: CommandRunner) -> Installed:
+    """Is a marked folder still installed? ldd and --version again, against the marker."""
+    marker = Marker.read(folder)
+    if marker is None:
+        raise InstallError(f"{folder} has no readable {MARKER}")
+    binary = folder / marker.binary
+    try:
+        info = check_llama_server(binary, run_local, marker.version)
+    except VerifyError as exc:
+        raise InstallError(str(exc)) from exc
+    if info.version != marker.reported_version:
+        raise InstallError(
+            f"{binary.name} now says it is build {info.version}; {marker.reported_version} was installed"
+        )
+    return Installed(folder, binary, marker, info)
+
+
+def demote(folder: Path) -> None:
+    """Not installed any more: the marker goes, so nothing (not even a restart) trusts it."""
+    (folder / MARKER).unlink(missing_ok=True)
+
+
+def installed_folders(engines_dir: Path) -> list[Path]:
+    try:
+        return sorted(p for p in engines_dir.iterdir() if (p / MARKER).is_file())
+    except OSError:
+        return []

@@ -1,0 +1,356 @@
+"""Converge the node on the engines the control plane wants, without stalling heartbeats.
+
+The main loop calls `heartbeat(desired)` once per heartbeat: it records what is wanted,
+wakes one background worker if there is work, and returns what to report right now. The
+worker does everything slow (scanning, installing, re-checking) one job at a time.
+
+An engine is reported only once it is installed and seen to run, or while it is being
+installed or has failed to (so the control plane can say why a node cannot take a model),
+or when agent.yaml names it. Nothing is ever reported because it is on PATH.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from ..collectors import CommandRunner, Roots, make_runner
+from ..config import AgentConfig, ConfiguredEngine
+from .host import HostFacts, host_facts
+from .installer import Installed, InstallError, demote, install, installed_folders, recheck
+from .packages import package_manager
+from .platform import NoBuildError, choose_build, cpu_warnings, cuda_fallback_note
+from .spec import EngineSpec
+from .verify import VerifyError, local_runner, parse_any_version, run_version
+
+log = logging.getLogger("llmgw_agent.engines")
+
+Status = Literal["installed", "installing", "failed"]
+# "An unrelated upgrade can remove a library": how often an installed engine is re-checked,
+# and how long a failed install waits before it is tried again.
+RECHECK_S = 600.0
+RETRY_S = 600.0
+HISTORY = 50
+
+
+@dataclass
+class EngineState:
+    name: str
+    version: str | None
+    status: Status
+    message: str
+    path: str | None = None
+    platform: str | None = None
+    sha256: str | None = None
+    folder: Path | None = None
+    checked_at: float | None = None  # when it was last seen to run
+    failed_at: float | None = None
+    history: list[str] = field(default_factory=list)
+
+    def as_payload(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "status": self.status,
+            "message": self.message,
+            "path": self.path,
+        }
+
+    def status_line(self) -> str:
+        """As a person reads it: "installing: downloading llama-b11434-... (16 MB, 42%)"."""
+        return f"{self.status}: {self.message}"
+
+
+Job = Callable[[], None]
+
+
+class EngineManager:
+    def __init__(
+        self,
+        *,
+        engines_dir: Path,
+        host: HostFacts,
+        run_packages: CommandRunner | None = None,
+        run_local: CommandRunner | None = None,
+        configured: Sequence[ConfiguredEngine] = (),
+        recheck_s: float = RECHECK_S,
+        retry_s: float = RETRY_S,
+        clock: Callable[[], float] = time.monotonic,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self.engines_dir = engines_dir
+        self.host = host
+        self.run_packages = run_packages
+        self.run_local = run_local or local_runner()
+        self.package_manager = package_manager(host.os_id, host.os_like)
+        self.configured = {c.name: c for c in configured}
+        self.recheck_s, self.retry_s, self.clock = recheck_s, retry_s, clock
+        self.client = client
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+        self._desired: list[EngineSpec] = []
+        self._choices: dict[tuple[str, str], str | NoBuildError] = {}
+        # Installed-by-us and desired engines by (name, version, platform); configured by name.
+        self._states: dict[tuple[str, str, str], EngineState] = {}
+        self._configured: dict[str, EngineState] = {}
+        self._scanned = False
+        self._notes: dict[tuple[str, str], str] = {}
+
+    @classmethod
+    def from_config(cls, config: AgentConfig, roots: Roots, **kw: Any) -> EngineManager:
+        kw.setdefault("run_packages", make_runner(config.command_wrapper, timeout_s=900))
+        return cls(
+            engines_dir=config.engines_dir, host=host_facts(roots), configured=config.engines, **kw
+        )
+
+    # -- what the main loop calls ------------------------------------------------------
+
+    def heartbeat(self, desired: Sequence[EngineSpec | Mapping[str, Any]]) -> dict[str, Any]:
+        self.converge(desired)
+        return self.report()
+
+    def converge(self, desired: Sequence[EngineSpec | Mapping[str, Any]]) -> None:
+        """Record what is wanted and wake the worker; returns at once."""
+        specs = [EngineSpec.parse(d) for d in desired]
+        with self._lock:
+            self._desired = specs
+            if self._worker is None and not self._stop.is_set() and self._next_job() is not None:
+                self._worker = threading.Thread(
+                    target=self._work, name="llmgw-engines", daemon=True
+                )
+                self._worker.start()
+
+    def report(self) -> dict[str, Any]:
+        """{"engines": [...], "engines_probed": bool, "warnings": [...]} for the heartbeat."""
+        with self._lock:
+            wanted = {(s.name, s.version): s for s in self._desired}
+            entries = []
+            for (name, version, platform), state in sorted(self._states.items()):
+                choice = self._choices.get((name, version))
+                # A build of a wanted version for another platform is superseded, not offered.
+                if (name, version) in wanted and isinstance(choice, str) and choice != platform:
+                    continue
+                entries.append(state.as_payload())
+            if self._scanned:
+                for spec in self._desired:
+                    if not self._has_state(spec):
+                        entries.append(
+                            {
+                                "name": spec.name,
+                                "version": spec.version,
+                                "status": "installing",
+                                "message": "waiting to install",
+                                "path": None,
+                            }
+                        )
+            entries += [s.as_payload() for _, s in sorted(self._configured.items())]
+            warnings = cpu_warnings(self.host.arch, self.host.cpu_flags)
+            warnings += [self._notes[k] for k in sorted(self._notes) if k in wanted]
+            return {"engines": entries, "engines_probed": self._scanned, "warnings": warnings}
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until the worker has nothing left to do (tests; shutdown). True when idle."""
+        with self._lock:
+            worker = self._worker
+        if worker is not None:
+            worker.join(timeout)
+            return not worker.is_alive()
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self.wait(timeout)
+
+    def state(self, name: str, version: str) -> EngineState | None:
+        """The state of the build this node wants of `name` `version` (a copy)."""
+        with self._lock:
+            choice = self._choices.get((name, version))
+            platform = choice if isinstance(choice, str) else ""
+            state = self._states.get((name, version, platform))
+            return replace(state, history=list(state.history)) if state else None
+
+    # -- the worker ----------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                job = None if self._stop.is_set() else self._next_job()
+                if job is None:
+                    self._worker = None
+                    return
+            try:
+                job()
+            except Exception:  # noqa: BLE001 - one bad job must not end the worker
+                log.exception("engine job failed")
+
+    def _has_state(self, spec: EngineSpec) -> bool:
+        choice = self._choices.get((spec.name, spec.version))
+        if isinstance(choice, NoBuildError):
+            return True
+        return isinstance(choice, str) and (spec.name, spec.version, choice) in self._states
+
+    def _due(self, at: float | None, every: float) -> bool:
+        return at is None or self.clock() - at >= every
+
+    def _next_job(self) -> Job | None:
+        """The next thing to do, under the lock; None when the node has converged."""
+        if not self._scanned:
+            return self._scan
+        for name, configured in sorted(self._configured.items()):
+            ok = configured.status == "installed"
+            if self._due(configured.checked_at if ok else configured.failed_at, self.recheck_s):
+                return partial(self._check_configured, name)
+        for spec in self._desired:
+            if (spec.name, spec.version) not in self._choices:
+                self._choose(spec)
+            choice = self._choices[(spec.name, spec.version)]
+            if isinstance(choice, NoBuildError):
+                continue
+            wanted = self._states.get((spec.name, spec.version, choice))
+            if wanted is None or (
+                wanted.status == "installed" and wanted.sha256 != spec.builds[choice].sha256
+            ):
+                return partial(self._install, spec, choice)
+            if wanted.status == "failed" and self._due(wanted.failed_at, self.retry_s):
+                return partial(self._install, spec, choice)
+        for key, state in sorted(self._states.items()):
+            if state.status == "installed" and self._due(state.checked_at, self.recheck_s):
+                return partial(self._recheck, key)
+        return None
+
+    def _choose(self, spec: EngineSpec) -> None:
+        key = (spec.name, spec.version)
+        host = self.host
+        try:
+            platform = choose_build(
+                spec.builds, host.arch, host.nvidia_driver, host.os_id, host.os_like
+            )
+        except NoBuildError as exc:
+            self._choices[key] = exc
+            self._states[(spec.name, spec.version, "")] = EngineState(
+                spec.name, spec.version, "failed", str(exc), failed_at=self.clock()
+            )
+            return
+        self._choices[key] = platform
+        note = cuda_fallback_note(spec.builds, platform, host.arch, host.nvidia_driver)
+        if note:
+            self._notes[key] = f"{spec.name} {spec.version}: {note}"
+
+    def _set(self, key: tuple[str, str, str], **changes: Any) -> None:
+        with self._lock:
+            state = self._states.get(key)
+            if state is None:
+                state = self._states[key] = EngineState(key[0], key[1], "installing", "")
+            for k, v in changes.items():
+                setattr(state, k, v)
+            if "message" in changes:
+                state.history = [*state.history, changes["message"]][-HISTORY:]
+
+    def _scan(self) -> None:
+        """At start: what earlier runs installed, re-verified; the configured engines."""
+        for folder in installed_folders(self.engines_dir):
+            try:
+                found = recheck(folder, self.run_local)
+            except InstallError as exc:
+                log.warning("%s no longer runs, demoted: %s", folder, exc)
+                demote(folder)
+                continue
+            self._set(self._key(found), **self._installed(found))
+        for name in sorted(self.configured):
+            self._check_configured(name)
+        with self._lock:
+            self._scanned = True
+
+    def _key(self, found: Installed) -> tuple[str, str, str]:
+        return (found.marker.engine, found.marker.version, found.marker.platform)
+
+    def _installed(self, found: Installed) -> dict[str, Any]:
+        m = found.marker
+        return {
+            "status": "installed",
+            "message": f"{found.binary.name} version {found.info.describe()}, {m.platform} build",
+            "path": str(found.binary),
+            "platform": m.platform,
+            "sha256": m.sha256,
+            "folder": found.folder,
+            "checked_at": self.clock(),
+            "failed_at": None,
+        }
+
+    def _install(self, spec: EngineSpec, platform: str) -> None:
+        key = (spec.name, spec.version, platform)
+        self._set(key, status="installing", message="starting", path=None, platform=platform)
+        try:
+            found = install(
+                spec,
+                platform,
+                engines_dir=self.engines_dir,
+                run_local=self.run_local,
+                run_packages=self.run_packages,
+                package_manager=self.package_manager,
+                progress=lambda message: self._set(key, message=message),
+                client=self.client,
+                stop=self._stop,
+            )
+        except (InstallError, OSError) as exc:
+            reason = str(exc) if isinstance(exc, InstallError) else f"{type(exc).__name__}: {exc}"
+            log.warning(
+                "install of %s %s (%s) failed: %s", spec.name, spec.version, platform, reason
+            )
+            self._set(key, status="failed", message=reason, failed_at=self.clock())
+            return
+        log.info("installed %s %s (%s) at %s", spec.name, spec.version, platform, found.folder)
+        self._set(key, **self._installed(found))
+
+    def _recheck(self, key: tuple[str, str, str]) -> None:
+        with self._lock:
+            folder = self._states[key].folder
+        if folder is None:
+            return
+        try:
+            found = recheck(folder, self.run_local)
+        except InstallError as exc:
+            log.warning("%s %s no longer runs, demoted: %s", key[0], key[1], exc)
+            demote(folder)
+            self._set(
+                key,
+                status="failed",
+                message=f"stopped working: {exc}",
+                path=None,
+                failed_at=self.clock(),
+            )
+            return
+        self._set(key, **self._installed(found))
+
+    def _check_configured(self, name: str) -> None:
+        engine = self.configured[name]
+        now = self.clock()
+        state = EngineState(name, None, "failed", "", path=str(engine.path))
+        if not engine.path.is_file():
+            state.message = f"configured path {engine.path} does not exist"
+            state.failed_at = now
+        else:
+            try:
+                output = run_version(engine.path, self.run_local)
+            except VerifyError as exc:
+                state.message = str(exc)
+                state.failed_at = now
+            else:
+                info = parse_any_version(output)
+                state.version = info.version if info else None
+                state.status = "installed"
+                state.message = f"named in agent.yaml; {engine.path.name} --version: " + (
+                    info.describe() if info else "no version printed"
+                )
+                state.checked_at = now
+        with self._lock:
+            self._configured[name] = state

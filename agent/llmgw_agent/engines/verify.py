@@ -1,0 +1,165 @@
+"""Does an unpacked engine run here? ldd names a missing library; `--version` proves the rest.
+
+Both run the files directly as the agent's own user (no command_wrapper): the agent starts
+the engine the same way, so that is the run that has to work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..collectors import CommandRunner, make_runner
+
+MARKER = ".llmgw-installed.json"
+# llama-server --version (stderr): "version: 11434 (abc1234)\nbuilt with cc ... for x86_64"
+_LLAMA_VERSION = re.compile(r"version:\s*(\d+)\s*\(([0-9a-fA-F]+)\)")
+_ANY_VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)*(?:[-+.][0-9A-Za-z.+-]*)?)\b")
+_NOT_FOUND = re.compile(r"^\s*(\S+)\s*=>\s*not found\s*$")
+_BUILD = re.compile(r"^b(\d+)$")
+
+
+class VerifyError(Exception):
+    """The engine does not run here; the message says why in the node's own words."""
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    version: str  # "11434" for llama.cpp, "0.6.3" for vLLM
+    commit: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.version} ({self.commit})" if self.commit else self.version
+
+
+def local_runner(timeout_s: float = 30.0) -> CommandRunner:
+    return make_runner((), timeout_s=timeout_s)
+
+
+def shared_objects(folder: Path) -> list[Path]:
+    """The engine's own libraries beside its binary: libllama.so, libggml-cpu-haswell.so..."""
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if ".so" in p.name and p.name.startswith("lib") and p.is_file() and not p.is_symlink()
+    )
+
+
+def missing_libraries(binary: Path, run: CommandRunner) -> list[tuple[str, str]]:
+    """(library, needed by) for every `=> not found` ldd prints for the binary and its .so."""
+    missing: dict[str, list[str]] = {}
+    for target in [binary, *shared_objects(binary.parent)]:
+        try:
+            result = run(["ldd", str(target)])
+        except (OSError, subprocess.SubprocessError):
+            # No ldd (a minimal image): --version still proves whether it runs.
+            return []
+        for line in result.stdout.splitlines():
+            match = _NOT_FOUND.match(line)
+            if match:
+                missing.setdefault(match.group(1), []).append(target.name)
+    return [(lib, ", ".join(sorted(set(by)))) for lib, by in sorted(missing.items())]
+
+
+def check_libraries(binary: Path, run: CommandRunner) -> None:
+    missing = missing_libraries(binary, run)
+    if missing:
+        raise VerifyError(
+            "; ".join(f"missing library {lib} (needed by {by})" for lib, by in missing)
+        )
+
+
+def _tail(text: str, limit: int = 400) -> str:
+    text = " / ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def run_version(binary: Path, run: CommandRunner, args: Sequence[str] = ("--version",)) -> str:
+    """The output of `binary --version`; refuse with that output when it does not run."""
+    argv = [str(binary), *args]
+    shown = f"{binary.name} {' '.join(args)}"
+    try:
+        result = run(argv)
+    except subprocess.TimeoutExpired as exc:
+        raise VerifyError(f"{shown} did not finish within {exc.timeout:.0f} s") from exc
+    except OSError as exc:
+        raise VerifyError(f"{shown} cannot run: {exc.strerror or exc}") from exc
+    output = "\n".join(s for s in (result.stdout, result.stderr) if s.strip())
+    if result.returncode != 0:
+        raise VerifyError(
+            f"{shown} failed with exit status {result.returncode}: {_tail(output) or 'no output'}"
+        )
+    return output
+
+
+def parse_llama_version(output: str) -> VersionInfo | None:
+    match = _LLAMA_VERSION.search(output)
+    return VersionInfo(match.group(1), match.group(2)) if match else None
+
+
+def parse_any_version(output: str) -> VersionInfo | None:
+    match = _ANY_VERSION.search(output)
+    return VersionInfo(match.group(1)) if match else None
+
+
+def check_llama_server(binary: Path, run: CommandRunner, wanted: str | None) -> VersionInfo:
+    """ldd, then --version; the build number must be the one asked for ("b11434")."""
+    check_libraries(binary, run)
+    output = run_version(binary, run)
+    info = parse_llama_version(output)
+    if info is None:
+        raise VerifyError(
+            f"{binary.name} --version printed no version ('version: N (commit)'): {_tail(output)}"
+        )
+    build = _BUILD.match(wanted or "")
+    if build and build.group(1) != info.version:
+        raise VerifyError(
+            f"{binary.name} says it is build {info.version}, but {wanted} was asked for"
+        )
+    return info
+
+
+@dataclass(frozen=True)
+class Marker:
+    engine: str
+    version: str
+    platform: str
+    sha256: str
+    binary: str  # relative to the install directory
+    reported_version: str
+    commit: str | None
+    installed_at: str
+
+    @classmethod
+    def read(cls, folder: Path) -> Marker | None:
+        try:
+            data: Any = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+            return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def write(self, folder: Path) -> None:
+        """Atomically: a crash leaves either no marker or a whole one, never half of one."""
+        fd, tmp = tempfile.mkstemp(prefix=f"{MARKER}.", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(asdict(self), f, indent=2, sort_keys=True)
+                f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, folder / MARKER)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
