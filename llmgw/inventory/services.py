@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from llmgw.inventory import credentials
@@ -98,7 +98,10 @@ def refuse_impersonation(node: Node, claimed: object, path: str) -> None:
 # --- agent reports ----------------------------------------------------------
 
 _AGENT_OWNED = (
-    "agent_version", "probed", "simulated", "heartbeat_interval_s",
+    "agent_version",
+    "probed",
+    "simulated",
+    "heartbeat_interval_s",
 )
 _SYSTEM_FIELDS = ("os", "kernel", "arch", "cpu_model", "nvidia_driver")
 
@@ -146,11 +149,36 @@ def _replace_gpus(node: Node, gpus: list[dict[str, Any]]) -> None:
 
 
 def heartbeat(node: Node, data: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:
-    """Store one heartbeat. A heartbeat that changes nothing but the
-    measurements is a single UPDATE of the node row: at 10,000 nodes every
-    10 s this is the hot path of the whole control plane."""
+    """Store one heartbeat from a node already authenticated."""
+    answer = _heartbeat(data, now, {"id": node.pk})
+    if answer is None:  # the row went away under us: nothing to store
+        return {"node": node.name, "state": NodeState.READY, "register": node.registered_at is None}
+    return answer
+
+
+def heartbeat_with_credential(
+    name: str, secret: str, data: dict[str, Any], now: datetime | None = None
+) -> dict[str, Any] | None:
+    """Authenticate and store one heartbeat in a single statement; None,
+    having written nothing, when the credential is unknown or revoked.
+
+    The credential check is the UPDATE's WHERE clause rather than a SELECT
+    before it: one round trip instead of two, and a revocation bites on the
+    very next heartbeat (there is no cache of credentials to go stale)."""
+    return _heartbeat(
+        data, now, {"name": name, "credential_hash": credentials.digest(secret), "revoked_at": None}
+    )
+
+
+def _heartbeat(
+    data: dict[str, Any], now: datetime | None, where: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A heartbeat that changes nothing but the measurements is a single
+    UPDATE of the node row: at 10,000 nodes every 10 s this is the hot path
+    of the whole control plane. Changed filesystems or weights, and a node
+    coming back to Ready, are stored durably in a transaction of their own."""
     now = now or timezone.now()
-    fields: dict[str, Any] = {"last_heartbeat_at": now, "state": NodeState.READY}
+    fields: dict[str, Any] = {"last_heartbeat_at": now}
     if "collectors" in data:
         fields["collectors"] = data["collectors"]
     cpu = data.get("cpu")
@@ -164,34 +192,96 @@ def heartbeat(node: Node, data: dict[str, Any], now: datetime | None = None) -> 
         fields["memory_available_bytes"] = memory.get("available_bytes")
     if cpu is not None or memory is not None:
         fields["measured_at"] = now
-
-    writes = []
     if "filesystems" in data:
         fields["filesystems_reported_at"] = now
-        digest = _digest(data["filesystems"])
-        if digest != node.filesystems_digest:
-            writes.append(lambda: _replace_filesystems(node, data["filesystems"], now))
-            fields["filesystems_digest"] = digest
     if "weights" in data:
-        weights = data["weights"]
-        fields["weights_probed"] = bool(weights.get("probed"))
-        digest = _digest(weights)
-        if digest != node.weights_digest:
-            writes.append(lambda: _replace_holdings(node, weights.get("models") or []))
-            fields["weights_digest"] = digest
-    if writes:
-        with transaction.atomic():
-            for write in writes:
-                write()
-            Node.objects.filter(pk=node.pk).update(**fields)
-    else:
-        # No transaction: one UPDATE is atomic by itself, and BEGIN/COMMIT
-        # would triple the statements of the commonest request there is.
-        Node.objects.filter(pk=node.pk).update(**fields)
+        fields["weights_probed"] = bool(data["weights"].get("probed"))
 
-    if node.state != NodeState.READY:
-        log.info("node %s is Ready", node.name)
-    return {"node": node.name, "state": NodeState.READY, "register": node.registered_at is None}
+    row = _update_returning(fields, where)
+    if row is None:
+        return None
+    # registered_at comes back unconverted (a string on SQLite): only
+    # whether it is null matters.
+    pk, name, state, registered_at, filesystems_digest, weights_digest = row
+
+    digests: dict[str, str] = {}
+    if "filesystems" in data and (digest := _digest(data["filesystems"])) != filesystems_digest:
+        digests["filesystems_digest"] = digest
+    if "weights" in data and (digest := _digest(data["weights"])) != weights_digest:
+        digests["weights_digest"] = digest
+    if digests or state != NodeState.READY:
+        _store_changes(pk, data, digests, now)
+        if state != NodeState.READY:
+            log.info("node %s is Ready", name)
+    return {"node": name, "state": NodeState.READY, "register": registered_at is None}
+
+
+_RETURNING = ("id", "name", "state", "registered_at", "filesystems_digest", "weights_digest")
+
+
+def _update_returning(fields: dict[str, Any], where: dict[str, Any]) -> tuple[Any, ...] | None:
+    """UPDATE ... RETURNING, which the ORM cannot say: the row's identity,
+    state and stored digests come back with the write. Values are prepared
+    by the model's own fields (JSON, time zones), so this is the SQL that
+    QuerySet.update() would send, plus its RETURNING clause."""
+    quote = connection.ops.quote_name
+    opts = Node._meta
+    sets, params = [], []
+    for name, value in fields.items():
+        field = opts.get_field(name)
+        sets.append(f"{quote(field.column)} = %s")
+        params.append(field.get_db_prep_save(value, connection))
+    conditions = []
+    for name, value in where.items():
+        field = opts.get_field(name)
+        if value is None:
+            conditions.append(f"{quote(field.column)} IS NULL")
+        else:
+            conditions.append(f"{quote(field.column)} = %s")
+            params.append(field.get_db_prep_value(value, connection))
+    returning = [quote(opts.get_field(name).column) for name in _RETURNING]
+    asynchronous = ""
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        # Commit without waiting for the WAL flush (fsync), for this one
+        # statement's own transaction only: set_config(..., true) lasts until
+        # its commit, and the commit is what reads it. Measurements are
+        # replaced every 10 s, so a crash losing the last few hundred ms of
+        # them (the next heartbeat brings them back) is harmless, and waiting
+        # for the disk was most of a heartbeat's time. Every other write,
+        # this connection's next statement included, stays durable. Inside a
+        # caller's transaction it is left out: it would make the caller's
+        # commit asynchronous too.
+        asynchronous = (
+            " FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit"
+        )
+    sql = (
+        f"UPDATE {quote(opts.db_table)} SET {', '.join(sets)}{asynchronous} "
+        f"WHERE {' AND '.join(conditions)} RETURNING {', '.join(returning)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+@transaction.atomic
+def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: datetime) -> None:
+    # Locked and compared again: two heartbeats of one node racing must not
+    # both replace its filesystems, and a node revoked since the UPDATE
+    # above authenticated it must not be marked Ready.
+    node = Node.objects.select_for_update().filter(pk=pk).first()
+    if node is None:
+        return
+    changes: dict[str, Any] = {}
+    if "filesystems_digest" in digests and digests["filesystems_digest"] != node.filesystems_digest:
+        _replace_filesystems(node, data["filesystems"], now)
+        changes["filesystems_digest"] = digests["filesystems_digest"]
+    if "weights_digest" in digests and digests["weights_digest"] != node.weights_digest:
+        _replace_holdings(node, data["weights"].get("models") or [])
+        changes["weights_digest"] = digests["weights_digest"]
+    if node.state != NodeState.READY and not node.revoked_at:
+        changes["state"] = NodeState.READY
+    if changes:
+        Node.objects.filter(pk=pk).update(**changes)
 
 
 def _replace_filesystems(node: Node, filesystems: list[dict[str, Any]], now: datetime) -> None:
@@ -215,7 +305,8 @@ def _replace_filesystems(node: Node, filesystems: list[dict[str, Any]], now: dat
 def _replace_holdings(node: Node, models: list[dict[str, Any]]) -> None:
     ModelHolding.objects.filter(node=node).delete()
     ModelHolding.objects.bulk_create(
-        ModelHolding(node=node, model_name=m["name"], path=m["path"], shared=m["shared"]) for m in models
+        ModelHolding(node=node, model_name=m["name"], path=m["path"], shared=m["shared"])
+        for m in models
     )
 
 
@@ -290,7 +381,9 @@ def mark_missed_heartbeats(now: datetime | None = None) -> list[str]:
     now = now or timezone.now()
     missed = settings.MISSED_HEARTBEATS_NOT_READY
     changed: list[str] = []
-    intervals = Node.objects.filter(state=NodeState.READY).values_list("heartbeat_interval_s", flat=True)
+    intervals = Node.objects.filter(state=NodeState.READY).values_list(
+        "heartbeat_interval_s", flat=True
+    )
     for interval in set(intervals):
         stale = Node.objects.filter(
             state=NodeState.READY,
