@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -34,7 +35,10 @@ def test_register_then_heartbeat_stores_the_node(make_node, agent_client):
     assert node.memory_total_bytes == 1623497637888
     assert node.cpus == 192
     assert node.memory_available_bytes == 90 * 2**30
-    assert {fs.mount: fs.shared for fs in node.filesystems.all()} == {"/data": False, "/lustre": True}
+    assert {fs.mount: fs.shared for fs in node.filesystems.all()} == {
+        "/data": False,
+        "/lustre": True,
+    }
     assert [h.model_name for h in node.holdings.all()] == ["qwen2.5-7b"]
 
 
@@ -60,10 +64,38 @@ def test_node_a_credential_refused_for_node_b(make_node, agent_client):
 def test_a_wrong_or_revoked_credential_is_refused(make_node, agent_client):
     from llmgw.inventory import services
 
-    _, credential = make_node("gpu-1")
+    node, credential = make_node("gpu-1")
     assert agent_client(credential + "x").post("heartbeat", heartbeat("gpu-1")).status_code == 401
+    assert agent_client(credential).post("heartbeat", heartbeat("gpu-1")).status_code == 200
     services.revoke_node("gpu-1", "test")
+    # Refused at once: there is no cache of credentials, the heartbeat's
+    # UPDATE checks the credential itself. And nothing was written.
+    before = Node.objects.filter(pk=node.pk).values().get()
     assert agent_client(credential).post("heartbeat", heartbeat("gpu-1")).status_code == 401
+    assert Node.objects.filter(pk=node.pk).values().get() == before
+
+
+def test_refusals_keep_their_order(make_node, agent_client, client, settings):
+    """A stranger gets 401 whatever it sent; the limit, the payload and the
+    node's name are judged only for a known credential."""
+    settings.AGENT_MAX_PAYLOAD_BYTES = 2048
+    _, credential = make_node("gpu-1")
+    stranger = agent_client(credential + "x")
+    assert stranger.post("heartbeat", {"schema": 2}).status_code == 401
+    assert stranger.post("heartbeat", b"{" + b" " * 4096 + b"}").status_code == 401
+    assert stranger.post("heartbeat", heartbeat("gpu-2")).status_code == 401
+    assert (
+        client.post(
+            "/api/agent/v1/heartbeat", heartbeat("gpu-1"), content_type="application/json"
+        ).status_code
+        == 401
+    )
+    assert (
+        client.get("/api/agent/v1/heartbeat", HTTP_AUTHORIZATION=f"Node {credential}").status_code
+        == 405
+    )
+    assert client.get("/api/agent/v1/heartbeat").status_code == 401
+    assert agent_client(credential).post("heartbeat", b"{" + b" " * 4096 + b"}").status_code == 413
 
 
 def test_a_bad_payload_is_refused_with_field_errors_and_nothing_changes(make_node, agent_client):
@@ -81,13 +113,22 @@ def test_a_bad_payload_is_refused_with_field_errors_and_nothing_changes(make_nod
     response = agent.post("heartbeat", bad)
     assert response.status_code == 400
     errors = response.json()["errors"]
-    assert set(errors) == {"cpu.utilization_percent", "filesystems.1.free_bytes", "memory.used_bytes"}
-    assert (Node.objects.filter(pk=node.pk).values().get(), list(Filesystem.objects.values())) == before
+    assert set(errors) == {
+        "cpu.utilization_percent",
+        "filesystems.1.free_bytes",
+        "memory.used_bytes",
+    }
+    assert (
+        Node.objects.filter(pk=node.pk).values().get(),
+        list(Filesystem.objects.values()),
+    ) == before
 
     wrong_schema = agent.post("register", registration("gpu-1", schema=2, system={"cpus": 0}))
     assert wrong_schema.status_code == 400
     assert set(wrong_schema.json()["errors"]) == {"schema", "system.cpus"}
-    assert agent.post("heartbeat", b"{not json").json()["errors"]["payload"][0].startswith("not JSON")
+    assert (
+        agent.post("heartbeat", b"{not json").json()["errors"]["payload"][0].startswith("not JSON")
+    )
 
 
 def test_an_oversized_payload_is_refused(make_node, agent_client, settings):
@@ -99,15 +140,16 @@ def test_an_oversized_payload_is_refused(make_node, agent_client, settings):
     assert "over the limit" in response.json()["errors"]["payload"][0]
 
 
-def test_a_heartbeat_that_changes_nothing_costs_two_statements(make_node, agent_client):
+def test_a_heartbeat_that_changes_nothing_costs_one_statement(make_node, agent_client):
     _, credential = make_node("gpu-1")
     agent = agent_client(credential)
     agent.post("register", registration("gpu-1"))
     agent.post("heartbeat", heartbeat("gpu-1"))
     with CaptureQueriesContext(connection) as queries:
         assert agent.post("heartbeat", heartbeat("gpu-1")).status_code == 200
-    # One SELECT to authenticate, one UPDATE of the node row; no BEGIN/COMMIT.
-    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["SELECT", "UPDATE"]
+    # One UPDATE of the node row, whose WHERE clause is the credential check;
+    # no SELECT before it, no BEGIN/COMMIT around it.
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["UPDATE"]
 
 
 def test_changed_filesystems_and_weights_are_replaced(make_node, agent_client):
@@ -134,3 +176,25 @@ def test_a_node_never_asked_for_weights_says_unknown(make_node, agent_client):
     agent.post("heartbeat", payload)
     node.refresh_from_db()
     assert node.weights_probed is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_only_the_heartbeat_commits_without_waiting_for_the_disk(make_node, agent_client):
+    """Outside a test's transaction, as in production: the one UPDATE turns
+    off synchronous commit for its own transaction, and the connection is
+    back to durable commits for whatever it runs next."""
+    node, credential = make_node("gpu-1")
+    agent = agent_client(credential)
+    agent.post("register", registration("gpu-1"))
+    agent.post("heartbeat", heartbeat("gpu-1"))
+    with CaptureQueriesContext(connection) as queries:
+        answer = agent.post("heartbeat", heartbeat("gpu-1"))
+    assert answer.json() == {"node": "gpu-1", "state": "Ready", "register": False}
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["UPDATE"]
+    assert "set_config('synchronous_commit', 'off', true)" in queries.captured_queries[0]["sql"]
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+    node.refresh_from_db()
+    assert node.state == "Ready" and node.memory_available_bytes == 90 * 2**30
+    assert {fs.mount for fs in node.filesystems.all()} == {"/data", "/lustre"}
