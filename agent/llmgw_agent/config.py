@@ -27,6 +27,14 @@ class Fabric:
 
 
 @dataclass(frozen=True)
+class ConfiguredEngine:
+    """An engine the operator installed and names on purpose (vLLM, SGLang): checked, not installed."""
+
+    name: str
+    path: Path
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     server_url: str
     node: str
@@ -44,6 +52,9 @@ class AgentConfig:
     rootfs: Path = Path("/")
     command_wrapper: tuple[str, ...] = ()
     fabrics: tuple[Fabric, ...] = ()
+    # Where the agent installs engines (llama.cpp builds), one folder per build.
+    engines_dir: Path = Path("/var/lib/llmgw-agent/engines")
+    engines: tuple[ConfiguredEngine, ...] = ()
 
     def enabled(self, name: str) -> bool:
         return self.collectors.get(name, True)
@@ -59,10 +70,11 @@ class AgentConfig:
 TOP_KEYS = {
     "server_url", "node", "credential_file", "join_token", "join_token_file", "ca_file",
     "model_dirs", "labels", "heartbeat_interval_s", "collectors", "proc_root", "sys_root",
-    "rootfs", "command_wrapper", "fabrics",
+    "rootfs", "command_wrapper", "fabrics", "engines_dir", "engines",
 }  # fmt: skip
 REQUIRED = ("server_url", "credential_file")
 FABRIC_KEYS = {"name", "adapters", "rate_gbps"}
+ENGINE_KEYS = {"path"}
 
 
 class _Checker:
@@ -142,6 +154,22 @@ def _fabric(c: _Checker, key: str, raw: object) -> Fabric:
     )
 
 
+def _engines(c: _Checker, raw: object) -> tuple[ConfiguredEngine, ...]:
+    out = []
+    for name, item in c.mapping("engines", raw).items():
+        spec = c.mapping(f"engines.{name}", item)
+        for k in spec:
+            if k not in ENGINE_KEYS:
+                raise c.fail(f"engines.{name}.{k}", "unknown key")
+        if "path" not in spec:
+            raise c.fail(f"engines.{name}", "path is required")
+        path = c.string(f"engines.{name}.path", spec["path"])
+        if not path.startswith("/"):
+            raise c.fail(f"engines.{name}.path", f"must be an absolute path, got {path!r}")
+        out.append(ConfiguredEngine(str(name), Path(path)))
+    return tuple(out)
+
+
 def parse_config(text: str, source: str = "agent.yaml", base: Path | None = None) -> AgentConfig:
     base = base if base is not None else Path.cwd()
     lines: dict[str, int] = {}
@@ -204,6 +232,10 @@ def parse_config(text: str, source: str = "agent.yaml", base: Path | None = None
         rootfs=c.path("rootfs", data.get("rootfs", "/"), base),
         command_wrapper=c.strings("command_wrapper", data.get("command_wrapper", [])),
         fabrics=tuple(_fabric(c, f"fabrics[{i}]", f) for i, f in enumerate(fabrics_raw)),
+        engines_dir=c.path(
+            "engines_dir", data.get("engines_dir", "/var/lib/llmgw-agent/engines"), base
+        ),
+        engines=_engines(c, data.get("engines", {})),
     )
 
 

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import __version__
@@ -24,6 +24,7 @@ from .client import (
 )
 from .collectors import Roots
 from .config import AgentConfig, ConfigError, load_config
+from .engines import EngineManager
 from .payload import collect_heartbeat, collect_registration, roots_for
 from .stream import Stream
 from .stream import features as stream_features
@@ -78,10 +79,19 @@ def run(
     client: AgentClient | None = None,
     roots: Roots | None = None,
     stop: threading.Event | None = None,
+    desired_engines: Sequence[Mapping[str, Any]] = (),
+    engines: EngineManager | None = None,
 ) -> int:
-    """The agent's life. Returns the exit status; transient failures never end it."""
+    """The agent's life. Returns the exit status; transient failures never end it.
+
+    `desired_engines` ({name, version, builds}) stands in for what the control plane will
+    send; the engine manager converges on it in the background.
+    """
     stop = stop if stop is not None else threading.Event()
     roots = roots if roots is not None else roots_for(config)
+    engines = engines if engines is not None else EngineManager.from_config(config, roots)
+    # Start scanning now, so the first heartbeat can already say what is installed.
+    engines.converge(desired_engines)
     own_client = client is None
     client = client or AgentClient(config.server_url, ca_file=config.ca_file)
     backoff = Backoff(cap=min(60.0, max(config.heartbeat_interval_s * 6, 1.0)))
@@ -105,6 +115,10 @@ def run(
             what=what,
         )
 
+    def heartbeat() -> dict[str, Any]:
+        # The manager's report is read under its lock; an install never delays a heartbeat.
+        return {**collect_heartbeat(config, roots), **engines.heartbeat(desired_engines)}
+
     try:
         if not ensure_credential(config, client, stop, once):
             return 2
@@ -121,7 +135,7 @@ def run(
         registered = send(client.register, registration, "register")
         while not stop.is_set():
             started = time.monotonic()
-            answer = send(client.heartbeat, lambda: collect_heartbeat(config, roots), "heartbeat")
+            answer = send(client.heartbeat, heartbeat, "heartbeat")
             if answer is not None and answer.get("register"):
                 log.info("control plane asked for registration again")
                 registered = send(client.register, registration, "register")
@@ -130,6 +144,7 @@ def run(
             stop.wait(max(0.0, config.heartbeat_interval_s - (time.monotonic() - started)))
         return 0
     finally:
+        engines.close()
         if own_client:
             client.close()
 
