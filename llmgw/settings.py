@@ -128,6 +128,7 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "mark-missed-heartbeats": {"task": "llmgw.inventory.tasks.mark_missed_heartbeats", "schedule": 5.0},
+    "expire-agent-commands": {"task": "llmgw.inventory.tasks.expire_commands", "schedule": 10.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [

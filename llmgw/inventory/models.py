@@ -48,7 +48,10 @@ class Node(models.Model):
     registered_at = models.DateTimeField(null=True, blank=True)
 
     # Latest measurements, from heartbeats. measured_at says how old they are.
-    last_heartbeat_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # Not indexed on purpose: an indexed column written by every heartbeat
+    # stops PostgreSQL updating the row in place (HOT), so each heartbeat
+    # would also write every index of the table.
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     measured_at = models.DateTimeField(null=True, blank=True)
     cpu_utilization_percent = models.FloatField(null=True, blank=True)
     load1 = models.FloatField(null=True, blank=True)
@@ -176,7 +179,9 @@ class AgentCommand(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="commands")
     kind = models.CharField(max_length=64)
     args = models.JSONField(default=dict, blank=True)
-    state = models.CharField(max_length=16, choices=CommandState.choices, default=CommandState.PENDING)
+    state = models.CharField(
+        max_length=16, choices=CommandState.choices, default=CommandState.PENDING
+    )
     requested_by = models.CharField(max_length=150, blank=True, default="")
     timeout_s = models.PositiveIntegerField(default=120)
     output = models.TextField(blank=True, default="")

@@ -198,3 +198,16 @@ def test_only_the_heartbeat_commits_without_waiting_for_the_disk(make_node, agen
     node.refresh_from_db()
     assert node.state == "Ready" and node.memory_available_bytes == 90 * 2**30
     assert {fs.mount for fs in node.filesystems.all()} == {"/data", "/lustre"}
+
+
+def test_a_number_too_big_for_the_database_is_a_field_error(make_node, agent_client):
+    _, credential = make_node("gpu-1")
+    payload = heartbeat("gpu-1")
+    payload["filesystems"][0]["total_bytes"] = 2**64
+    payload["filesystems"][0]["free_bytes"] = 2**64
+    response = agent_client(credential).post("heartbeat", payload)
+    assert response.status_code == 400
+    assert set(response.json()["errors"]) == {
+        "filesystems.0.free_bytes",
+        "filesystems.0.total_bytes",
+    }

@@ -40,7 +40,7 @@ def _blank_or_text(max_length: int) -> Any:
     return Annotated[str, msgspec.Meta(pattern=BLANK_OR_TEXT, max_length=max_length)]
 
 
-Bytes = Annotated[int, msgspec.Meta(ge=0)]
+Bytes = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
 

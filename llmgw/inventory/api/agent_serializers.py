@@ -10,6 +10,8 @@ from typing import Any
 from rest_framework import serializers
 
 SCHEMA = 1
+# Byte counts are stored in 64-bit columns: a bigger number is a bad payload (400), not a 500.
+MAX_BYTES = 2**63 - 1
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$"
 
 
@@ -17,7 +19,9 @@ class SchemaField(serializers.IntegerField):
     def to_internal_value(self, data: Any) -> int:
         value = super().to_internal_value(data)
         if value != SCHEMA:
-            raise serializers.ValidationError(f"schema {value} is not supported; this server speaks {SCHEMA}")
+            raise serializers.ValidationError(
+                f"schema {value} is not supported; this server speaks {SCHEMA}"
+            )
         return value
 
 
@@ -32,13 +36,23 @@ class JoinSerializer(Envelope):
 
 class SystemSerializer(serializers.Serializer):
     os = serializers.CharField(max_length=200, allow_null=True, allow_blank=True, required=False)
-    kernel = serializers.CharField(max_length=200, allow_null=True, allow_blank=True, required=False)
+    kernel = serializers.CharField(
+        max_length=200, allow_null=True, allow_blank=True, required=False
+    )
     arch = serializers.CharField(max_length=64, allow_null=True, allow_blank=True, required=False)
-    cpu_model = serializers.CharField(max_length=200, allow_null=True, allow_blank=True, required=False)
-    cpu_flags = serializers.ListField(child=serializers.CharField(max_length=32), max_length=256, required=False)
+    cpu_model = serializers.CharField(
+        max_length=200, allow_null=True, allow_blank=True, required=False
+    )
+    cpu_flags = serializers.ListField(
+        child=serializers.CharField(max_length=32), max_length=256, required=False
+    )
     cpus = serializers.IntegerField(min_value=1, max_value=65536, allow_null=True, required=False)
-    memory_total_bytes = serializers.IntegerField(min_value=0, allow_null=True, required=False)
-    nvidia_driver = serializers.CharField(max_length=64, allow_null=True, allow_blank=True, required=False)
+    memory_total_bytes = serializers.IntegerField(
+        min_value=0, max_value=MAX_BYTES, allow_null=True, required=False
+    )
+    nvidia_driver = serializers.CharField(
+        max_length=64, allow_null=True, allow_blank=True, required=False
+    )
 
 
 class GpuSerializer(serializers.Serializer):
@@ -46,9 +60,15 @@ class GpuSerializer(serializers.Serializer):
     uuid = serializers.CharField(max_length=64)
     name = serializers.CharField(max_length=128, required=False, allow_blank=True)
     # "class" is a Python keyword; the wire name is kept as the protocol says.
-    memory_total_bytes = serializers.IntegerField(min_value=0, allow_null=True, required=False)
-    ecc_uncorrected = serializers.IntegerField(min_value=0, allow_null=True, required=False)
-    foreign_processes = serializers.IntegerField(min_value=0, allow_null=True, required=False)
+    memory_total_bytes = serializers.IntegerField(
+        min_value=0, max_value=MAX_BYTES, allow_null=True, required=False
+    )
+    ecc_uncorrected = serializers.IntegerField(
+        min_value=0, max_value=2**31 - 1, allow_null=True, required=False
+    )
+    foreign_processes = serializers.IntegerField(
+        min_value=0, max_value=2**31 - 1, allow_null=True, required=False
+    )
 
     def get_fields(self) -> dict[str, serializers.Field]:
         fields = super().get_fields()
@@ -64,10 +84,14 @@ class FabricSerializer(serializers.Serializer):
 
 class RegisterSerializer(Envelope):
     agent_version = serializers.CharField(max_length=64)
-    features = serializers.ListField(child=serializers.CharField(max_length=64), max_length=128, required=False)
+    features = serializers.ListField(
+        child=serializers.CharField(max_length=64), max_length=128, required=False
+    )
     probed = serializers.BooleanField(required=False, default=False)
     simulated = serializers.BooleanField(required=False, default=False)
-    heartbeat_interval_s = serializers.IntegerField(min_value=1, max_value=3600, required=False, default=10)
+    heartbeat_interval_s = serializers.IntegerField(
+        min_value=1, max_value=3600, required=False, default=10
+    )
     labels = serializers.DictField(child=serializers.CharField(max_length=253), required=False)
     system = SystemSerializer()
     gpus = GpuSerializer(many=True, required=False)
@@ -82,12 +106,14 @@ class RegisterSerializer(Envelope):
 
 class CpuSerializer(serializers.Serializer):
     utilization_percent = serializers.FloatField(min_value=0, max_value=100, allow_null=True)
-    load = serializers.ListField(child=serializers.FloatField(min_value=0), min_length=3, max_length=3)
+    load = serializers.ListField(
+        child=serializers.FloatField(min_value=0), min_length=3, max_length=3
+    )
 
 
 class MemorySerializer(serializers.Serializer):
-    used_bytes = serializers.IntegerField(min_value=0, allow_null=True)
-    available_bytes = serializers.IntegerField(min_value=0, allow_null=True)
+    used_bytes = serializers.IntegerField(min_value=0, max_value=MAX_BYTES, allow_null=True)
+    available_bytes = serializers.IntegerField(min_value=0, max_value=MAX_BYTES, allow_null=True)
 
 
 class FilesystemSerializer(serializers.Serializer):
@@ -95,9 +121,11 @@ class FilesystemSerializer(serializers.Serializer):
     device = serializers.CharField(max_length=1024, required=False, allow_blank=True)
     fstype = serializers.CharField(max_length=64, required=False, allow_blank=True)
     shared = serializers.BooleanField()
-    free_bytes = serializers.IntegerField(min_value=0)
-    total_bytes = serializers.IntegerField(min_value=0)
-    dirs = serializers.ListField(child=serializers.CharField(max_length=1024), max_length=64, required=False)
+    free_bytes = serializers.IntegerField(min_value=0, max_value=MAX_BYTES)
+    total_bytes = serializers.IntegerField(min_value=0, max_value=MAX_BYTES)
+    dirs = serializers.ListField(
+        child=serializers.CharField(max_length=1024), max_length=64, required=False
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["free_bytes"] > attrs["total_bytes"]:
@@ -134,7 +162,9 @@ class HeartbeatSerializer(Envelope):
     def validate_filesystems(self, filesystems: list[dict[str, Any]]) -> list[dict[str, Any]]:
         mounts = [fs["mount"] for fs in filesystems]
         if len(mounts) != len(set(mounts)):
-            raise serializers.ValidationError("a mount is reported twice; report each filesystem once")
+            raise serializers.ValidationError(
+                "a mount is reported twice; report each filesystem once"
+            )
         return filesystems
 
 
@@ -144,7 +174,13 @@ def flatten_errors(errors: Any, prefix: str = "") -> dict[str, list[str]]:
     flat: dict[str, list[str]] = {}
     if isinstance(errors, dict):
         for key, value in errors.items():
-            name = prefix if key == "non_field_errors" and prefix else f"{prefix}.{key}" if prefix else key
+            name = (
+                prefix
+                if key == "non_field_errors" and prefix
+                else f"{prefix}.{key}"
+                if prefix
+                else key
+            )
             flat.update(flatten_errors(value, name))
     elif isinstance(errors, list) and errors and all(isinstance(e, (dict, list)) for e in errors):
         for i, value in enumerate(errors):
