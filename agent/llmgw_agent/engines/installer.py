@@ -128,7 +128,7 @@ def install(
             platform=platform,
             sha256=build.sha256,
             binary=str(relative),
-            reported_version=info.version,
+            reported_version=info.describe(),
             commit=info.commit,
             installed_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
@@ -149,9 +149,10 @@ def recheck(folder: Path, run_local: CommandRunner) -> Installed:
         info = check_llama_server(binary, run_local, marker.version)
     except VerifyError as exc:
         raise InstallError(str(exc)) from exc
-    if info.version != marker.reported_version:
+    if info.describe() != marker.reported_version:
         raise InstallError(
-            f"{binary.name} now says it is build {info.version}; {marker.reported_version} was installed"
+            f"{binary.name} now says it is {info.describe()}; "
+            f"{marker.reported_version} was installed"
         )
     return Installed(folder, binary, marker, info)
 

@@ -38,7 +38,7 @@ Status = Literal["installed", "installing", "failed"]
 # and how long a failed install waits before it is tried again.
 RECHECK_S = 600.0
 RETRY_S = 600.0
-HISTORY = 50
+HISTORY = 200  # one download is ~100 messages (a percent each)
 
 
 @dataclass

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from ..collectors import CommandRunner
 from .platform import Platform
 
-# What llama.cpp's Linux release builds load besides their own libraries (ldd of
-# llama-server and its libggml-*.so): OpenMP for the CPU backend, OpenSSL for the server's
-# HTTPS client (older builds linked libcurl instead; both are listed so either runs).
-APT_CPU = ("libgomp1", "libssl3", "libcurl4")
-DNF_CPU = ("libgomp", "openssl-libs", "libcurl")
+# What llama.cpp b11434 loads besides its own libraries (ldd of llama-server and its
+# lib*.so): libgomp.so.1 (OpenMP, the CPU backend) and libssl.so.3/libcrypto.so.3 (the
+# server's HTTPS client, cpp-httplib). Builds before ~b5000 linked libcurl.so.4 instead;
+# ldd names it if an old build is ever asked for. libstdc++/libgcc_s/libc are always there.
+# Ubuntu 24.04 renamed libssl3 to libssl3t64, which provides libssl3: apt takes either.
+APT_CPU = ("libgomp1", "libssl3")
+DNF_CPU = ("libgomp", "openssl-libs")
 # The CUDA runtime the CUDA backend loads (libcudart, libcublas, libcublasLt), by the names
 # NVIDIA's CUDA repositories give them for both apt and dnf; the node's package sources must
 # include that repository. The kernel driver itself is the operator's, never ours.

@@ -19,8 +19,12 @@ from typing import Any
 from ..collectors import CommandRunner, make_runner
 
 MARKER = ".llmgw-installed.json"
-# llama-server --version (stderr): "version: 11434 (abc1234)\nbuilt with cc ... for x86_64"
-_LLAMA_VERSION = re.compile(r"version:\s*(\d+)\s*\(([0-9a-fA-F]+)\)")
+# llama-server --version prints one of (on stderr, then "built with GNU 12.2.0 for Linux x86_64"):
+#   "version: 11434 (3f2a9c1)"                         releases before the semver scheme
+#   "version: 0.6.0-dev (build 11434, commit 3f2a9c1)"  b11434 itself; built outside git
+#                                                       (an sdist) it says build 0, unknown
+_LLAMA_VERSION_NEW = re.compile(r"version:\s*(\S+)\s*\(build\s+(\d+),\s*commit\s+([^)\s]+)\)")
+_LLAMA_VERSION_OLD = re.compile(r"version:\s*(\d+)\s*\(([^)\s]*)\)")
 _ANY_VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)*(?:[-+.][0-9A-Za-z.+-]*)?)\b")
 _NOT_FOUND = re.compile(r"^\s*(\S+)\s*=>\s*not found\s*$")
 _BUILD = re.compile(r"^b(\d+)$")
@@ -32,10 +36,13 @@ class VerifyError(Exception):
 
 @dataclass(frozen=True)
 class VersionInfo:
-    version: str  # "11434" for llama.cpp, "0.6.3" for vLLM
+    version: str  # "0.6.0-dev" or (older llama.cpp) "11434"; "0.6.3" for vLLM
     commit: str | None = None
+    build: str | None = None  # llama.cpp's build number: the N of release tag bN
 
     def describe(self) -> str:
+        if self.build is not None and self.build != self.version:
+            return f"{self.version} (build {self.build}, commit {self.commit})"
         return f"{self.version} ({self.commit})" if self.commit else self.version
 
 
@@ -100,8 +107,11 @@ def run_version(binary: Path, run: CommandRunner, args: Sequence[str] = ("--vers
 
 
 def parse_llama_version(output: str) -> VersionInfo | None:
-    match = _LLAMA_VERSION.search(output)
-    return VersionInfo(match.group(1), match.group(2)) if match else None
+    new = _LLAMA_VERSION_NEW.search(output)
+    if new:
+        return VersionInfo(new.group(1), new.group(3), new.group(2))
+    old = _LLAMA_VERSION_OLD.search(output)
+    return VersionInfo(old.group(1), old.group(2), old.group(1)) if old else None
 
 
 def parse_any_version(output: str) -> VersionInfo | None:
@@ -115,13 +125,13 @@ def check_llama_server(binary: Path, run: CommandRunner, wanted: str | None) -> 
     output = run_version(binary, run)
     info = parse_llama_version(output)
     if info is None:
-        raise VerifyError(
-            f"{binary.name} --version printed no version ('version: N (commit)'): {_tail(output)}"
-        )
+        raise VerifyError(f"{binary.name} --version printed no version: {_tail(output)}")
     build = _BUILD.match(wanted or "")
-    if build and build.group(1) != info.version:
+    # Build 0 is a tree built outside git: it cannot say which build it is, so it is not
+    # taken for a wrong one. The sha256 already pinned the archive.
+    if build and info.build not in (None, "0") and build.group(1) != info.build:
         raise VerifyError(
-            f"{binary.name} says it is build {info.version}, but {wanted} was asked for"
+            f"{binary.name} says it is build {info.build}, but {wanted} was asked for"
         )
     return info
 
