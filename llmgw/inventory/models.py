@@ -66,6 +66,23 @@ class Node(models.Model):
     # Digests of the last filesystem and weights reports, so a heartbeat that
     # changes neither costs no writes to those tables.
     filesystems_reported_at = models.DateTimeField(null=True, blank=True)
+    # GPUs and host sensors. gpu_telemetry is the latest per-heartbeat
+    # sample list as the agent sent it, replaced by each heartbeat (one
+    # UPDATE); what gates placement lives on the Gpu rows, written only when
+    # it changes (the two digests below).
+    gpu_telemetry = models.JSONField(null=True, blank=True)
+    sensors = models.JSONField(null=True, blank=True)
+    telemetry_at = models.DateTimeField(null=True, blank=True)
+    gpu_topology = models.JSONField(null=True, blank=True)
+    imex = models.JSONField(null=True, blank=True)
+    sxids = models.JSONField(null=True, blank=True)
+    xids_unattributed = models.JSONField(null=True, blank=True)
+    gpu_state_digest = models.CharField(max_length=64, blank=True, default="")
+    gpu_health_digest = models.CharField(max_length=64, blank=True, default="")
+    # Engines as the agent reports them; engines_probed None = too old to say.
+    engines = models.JSONField(default=list, blank=True)
+    engines_probed = models.BooleanField(null=True, blank=True)
+    warnings = models.JSONField(default=list, blank=True)
     filesystems_digest = models.CharField(max_length=64, blank=True, default="")
     weights_digest = models.CharField(max_length=64, blank=True, default="")
 
@@ -113,6 +130,20 @@ class Gpu(models.Model):
     memory_total_bytes = models.BigIntegerField(null=True, blank=True)
     ecc_uncorrected = models.PositiveIntegerField(null=True, blank=True)
     foreign_processes = models.PositiveIntegerField(null=True, blank=True)
+    pci_bus_id = models.CharField(max_length=32, blank=True, default="")
+    numa_node = models.IntegerField(null=True, blank=True)
+    nearest_adapter = models.CharField(max_length=64, blank=True, default="")
+    nearest_adapter_level = models.CharField(max_length=16, blank=True, default="")
+    # Registered at start but no longer listed by the driver (fallen off the bus).
+    missing = models.BooleanField(default=False)
+    # Wear, read once a minute; null until first reported.
+    xids = models.JSONField(null=True, blank=True)
+    remapped_rows = models.JSONField(null=True, blank=True)
+    pcie_replays = models.BigIntegerField(null=True, blank=True)
+    nvlink_errors = models.JSONField(null=True, blank=True)
+    # The GPU fabric (multi-node NVLink): state, status, ClusterUUID, clique.
+    fabric = models.JSONField(null=True, blank=True)
+    health_reported_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["node", "index"]
@@ -124,11 +155,9 @@ class Gpu(models.Model):
     @property
     def unhealthy_reason(self) -> str:
         """Why this card is not free, in words; empty when it is."""
-        if self.ecc_uncorrected:
-            return f"{self.ecc_uncorrected} uncorrected ECC errors"
-        if self.foreign_processes:
-            return f"{self.foreign_processes} other process(es) on the card"
-        return ""
+        from llmgw.inventory.gpu_health import unhealthy_reason
+
+        return unhealthy_reason(self)
 
     @property
     def healthy(self) -> bool:

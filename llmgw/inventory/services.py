@@ -13,9 +13,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from llmgw.inventory import credentials
+from llmgw.inventory import credentials, gpus
 from llmgw.inventory.choices import NodeState
-from llmgw.inventory.models import AuditEvent, Filesystem, Gpu, ModelHolding, Node
+from llmgw.inventory.models import AuditEvent, Filesystem, ModelHolding, Node
 
 log = logging.getLogger("llmgw.inventory")
 
@@ -124,28 +124,12 @@ def register(node: Node, data: dict[str, Any]) -> Node:
     node.agent_labels = dict(data.get("labels") or {})
     node.fabrics = list(data.get("fabrics") or [])
     node.registered_at = timezone.now()
+    node.gpu_topology = data.get("gpu_topology")
+    if "imex" in data:
+        node.imex = data["imex"]
     node.save()
-    _replace_gpus(node, data.get("gpus") or [])
+    gpus.register(node, data.get("gpus") or [])
     return node
-
-
-def _replace_gpus(node: Node, gpus: list[dict[str, Any]]) -> None:
-    seen = set()
-    for gpu in gpus:
-        seen.add(gpu["index"])
-        Gpu.objects.update_or_create(
-            node=node,
-            index=gpu["index"],
-            defaults={
-                "uuid": gpu["uuid"],
-                "name": gpu.get("name") or "",
-                "gpu_class": gpu.get("class") or "",
-                "memory_total_bytes": gpu.get("memory_total_bytes"),
-                "ecc_uncorrected": gpu.get("ecc_uncorrected"),
-                "foreign_processes": gpu.get("foreign_processes"),
-            },
-        )
-    Gpu.objects.filter(node=node).exclude(index__in=seen).delete()
 
 
 def heartbeat(node: Node, data: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:
@@ -196,19 +180,32 @@ def _heartbeat(
         fields["filesystems_reported_at"] = now
     if "weights" in data:
         fields["weights_probed"] = bool(data["weights"].get("probed"))
+    if "gpus" in data or "sensors" in data:
+        fields["telemetry_at"] = now
+    for key, column in (("gpus", "gpu_telemetry"), ("sensors", "sensors")):
+        if key in data:
+            fields[column] = data[key]
+    for key in ("engines", "engines_probed", "warnings"):
+        if key in data:
+            fields[key] = data[key]
 
     row = _update_returning(fields, where)
     if row is None:
         return None
     # registered_at comes back unconverted (a string on SQLite): only
     # whether it is null matters.
-    pk, name, state, registered_at, filesystems_digest, weights_digest = row
+    pk, name, state, registered_at, filesystems_digest, weights_digest, gpu_state, gpu_health = row
 
     digests: dict[str, str] = {}
     if "filesystems" in data and (digest := _digest(data["filesystems"])) != filesystems_digest:
         digests["filesystems_digest"] = digest
     if "weights" in data and (digest := _digest(data["weights"])) != weights_digest:
         digests["weights_digest"] = digest
+    if "gpus" in data and (digest := _digest(gpus.state_key(data["gpus"]))) != gpu_state:
+        digests["gpu_state_digest"] = digest
+    health = gpus.health_key(data)
+    if health is not None and (digest := _digest(health)) != gpu_health:
+        digests["gpu_health_digest"] = digest
     if digests or state != NodeState.READY:
         _store_changes(pk, data, digests, now)
         if state != NodeState.READY:
@@ -216,7 +213,16 @@ def _heartbeat(
     return {"node": name, "state": NodeState.READY, "register": registered_at is None}
 
 
-_RETURNING = ("id", "name", "state", "registered_at", "filesystems_digest", "weights_digest")
+_RETURNING = (
+    "id",
+    "name",
+    "state",
+    "registered_at",
+    "filesystems_digest",
+    "weights_digest",
+    "gpu_state_digest",
+    "gpu_health_digest",
+)
 
 
 def _update_returning(fields: dict[str, Any], where: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -278,6 +284,12 @@ def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: 
     if "weights_digest" in digests and digests["weights_digest"] != node.weights_digest:
         _replace_holdings(node, data["weights"].get("models") or [])
         changes["weights_digest"] = digests["weights_digest"]
+    if "gpu_state_digest" in digests and digests["gpu_state_digest"] != node.gpu_state_digest:
+        gpus.store_state(node, data["gpus"])
+        changes["gpu_state_digest"] = digests["gpu_state_digest"]
+    if "gpu_health_digest" in digests and digests["gpu_health_digest"] != node.gpu_health_digest:
+        changes.update(gpus.store_health(node, data, now))
+        changes["gpu_health_digest"] = digests["gpu_health_digest"]
     if node.state != NodeState.READY and not node.revoked_at:
         changes["state"] = NodeState.READY
     if changes:

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 import msgspec
 from rest_framework import serializers
 
+from llmgw.inventory.api import telemetry_schema as t
 from llmgw.inventory.api.agent_serializers import SCHEMA
 
 # DRF's CharField strips surrounding whitespace (str.strip(), which is what
@@ -93,6 +94,18 @@ class Heartbeat(TypedDict):
     filesystems: NotRequired[Annotated[list[Filesystem], msgspec.Meta(max_length=256)]]
     weights: NotRequired[Weights]
     collectors: NotRequired[Annotated[list[Collector], msgspec.Meta(max_length=64)]]
+    # Telemetry sections: the same msgspec types the serializer checks them with.
+    gpus: NotRequired[Annotated[list[t.GpuSample], msgspec.Meta(max_length=256)]]
+    sensors: NotRequired[t.Sensors]
+    imex: NotRequired[t.Imex]
+    sxids: NotRequired[t.XidCounters]
+    xids_unattributed: NotRequired[t.XidCounters]
+    engines: NotRequired[Annotated[list[t.Engine], msgspec.Meta(max_length=64)]]
+    engines_probed: NotRequired[bool]
+    warnings: NotRequired[Annotated[list[_text(2000)], msgspec.Meta(max_length=32)]]  # type: ignore[valid-type]
+
+
+_STRUCTS = ("gpus", "sensors", "imex", "engines")
 
 
 _decoder = msgspec.json.Decoder(Heartbeat)
@@ -106,6 +119,9 @@ def decode_heartbeat(body: bytes) -> dict[str, Any] | None:
         data: dict[str, Any] = _decoder.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
+    for key in _STRUCTS:
+        if key in data:
+            data[key] = msgspec.to_builtins(data[key])
     filesystems = data.get("filesystems")
     if filesystems is not None:
         if any(fs["free_bytes"] > fs["total_bytes"] for fs in filesystems):

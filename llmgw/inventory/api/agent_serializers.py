@@ -9,6 +9,8 @@ from typing import Any
 
 from rest_framework import serializers
 
+from llmgw.inventory.api import telemetry_schema as t
+
 SCHEMA = 1
 # Byte counts are stored in 64-bit columns: a bigger number is a bad payload (400), not a 500.
 MAX_BYTES = 2**63 - 1
@@ -55,27 +57,6 @@ class SystemSerializer(serializers.Serializer):
     )
 
 
-class GpuSerializer(serializers.Serializer):
-    index = serializers.IntegerField(min_value=0, max_value=255)
-    uuid = serializers.CharField(max_length=64)
-    name = serializers.CharField(max_length=128, required=False, allow_blank=True)
-    # "class" is a Python keyword; the wire name is kept as the protocol says.
-    memory_total_bytes = serializers.IntegerField(
-        min_value=0, max_value=MAX_BYTES, allow_null=True, required=False
-    )
-    ecc_uncorrected = serializers.IntegerField(
-        min_value=0, max_value=2**31 - 1, allow_null=True, required=False
-    )
-    foreign_processes = serializers.IntegerField(
-        min_value=0, max_value=2**31 - 1, allow_null=True, required=False
-    )
-
-    def get_fields(self) -> dict[str, serializers.Field]:
-        fields = super().get_fields()
-        fields["class"] = serializers.CharField(max_length=64, required=False, allow_blank=True)
-        return fields
-
-
 class FabricSerializer(serializers.Serializer):
     name = serializers.RegexField(NAME)
     adapters = serializers.ListField(child=serializers.CharField(max_length=64), max_length=64)
@@ -94,7 +75,9 @@ class RegisterSerializer(Envelope):
     )
     labels = serializers.DictField(child=serializers.CharField(max_length=253), required=False)
     system = SystemSerializer()
-    gpus = GpuSerializer(many=True, required=False)
+    gpus = t.listing(t.GpuIdentity, 256)
+    gpu_topology = t.MsgspecField(t.GpuTopology, required=False)
+    imex = t.MsgspecField(t.Imex, required=False)
     fabrics = FabricSerializer(many=True, required=False)
 
     def validate_gpus(self, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -158,6 +141,16 @@ class HeartbeatSerializer(Envelope):
     filesystems = FilesystemSerializer(many=True, required=False, max_length=256)
     weights = WeightsSerializer(required=False)
     collectors = CollectorSerializer(many=True, required=False, max_length=64)
+    gpus = t.listing(t.GpuSample, 256)
+    sensors = t.MsgspecField(t.Sensors, required=False)
+    imex = t.MsgspecField(t.Imex, required=False)
+    sxids = t.MsgspecField(t.XidCounters, required=False)
+    xids_unattributed = t.MsgspecField(t.XidCounters, required=False)
+    engines = t.listing(t.Engine, 64)
+    engines_probed = serializers.BooleanField(required=False)
+    warnings = serializers.ListField(
+        child=serializers.CharField(max_length=2000), max_length=32, required=False
+    )
 
     def validate_filesystems(self, filesystems: list[dict[str, Any]]) -> list[dict[str, Any]]:
         mounts = [fs["mount"] for fs in filesystems]

@@ -27,8 +27,15 @@ class GpuSerializer(serializers.ModelSerializer):
     class Meta:
         model = Gpu
         fields = [
-            "index", "uuid", "name", "gpu_class", "memory_total_bytes",
-            "ecc_uncorrected", "foreign_processes", "healthy", "unhealthy_reason",
+            "index",
+            "uuid",
+            "name",
+            "gpu_class",
+            "memory_total_bytes",
+            "ecc_uncorrected",
+            "foreign_processes",
+            "healthy",
+            "unhealthy_reason",
         ]
 
 
@@ -61,13 +68,46 @@ class NodeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Node
         fields = [
-            "name", "state", "simulated", "cordoned", "cordon_reason", "cordoned_by", "cordoned_at",
-            "labels", "agent_labels", "operator_labels", "agent_version", "features", "probed",
-            "os", "kernel", "arch", "cpu_model", "cpu_flags", "cpus", "memory_total_bytes",
-            "nvidia_driver", "fabrics", "heartbeat_interval_s", "registered_at", "last_heartbeat_at",
-            "measured_at", "measurements_fresh", "cpu_utilization_percent", "load1", "load5", "load15",
-            "memory_used_bytes", "memory_available_bytes", "collectors", "weights_probed",
-            "filesystems", "disk_local", "disk_shared", "gpus", "holdings",
+            "name",
+            "state",
+            "simulated",
+            "cordoned",
+            "cordon_reason",
+            "cordoned_by",
+            "cordoned_at",
+            "labels",
+            "agent_labels",
+            "operator_labels",
+            "agent_version",
+            "features",
+            "probed",
+            "os",
+            "kernel",
+            "arch",
+            "cpu_model",
+            "cpu_flags",
+            "cpus",
+            "memory_total_bytes",
+            "nvidia_driver",
+            "fabrics",
+            "heartbeat_interval_s",
+            "registered_at",
+            "last_heartbeat_at",
+            "measured_at",
+            "measurements_fresh",
+            "cpu_utilization_percent",
+            "load1",
+            "load5",
+            "load15",
+            "memory_used_bytes",
+            "memory_available_bytes",
+            "collectors",
+            "weights_probed",
+            "filesystems",
+            "disk_local",
+            "disk_shared",
+            "gpus",
+            "holdings",
         ]
 
     @extend_schema_field(serializers.ChoiceField(choices=["Ready", "NotReady"]))

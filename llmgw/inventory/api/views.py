@@ -41,7 +41,9 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         body = CordonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         actor = request.user.get_username()
-        return self._changed(request, name, lambda: services.cordon(name, body.validated_data["reason"], actor))
+        return self._changed(
+            request, name, lambda: services.cordon(name, body.validated_data["reason"], actor)
+        )
 
     @extend_schema(request=CordonSerializer, responses=NodeSerializer)
     @action(detail=True, methods=["post"])
@@ -49,7 +51,9 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         body = CordonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         actor = request.user.get_username()
-        return self._changed(request, name, lambda: services.uncordon(name, actor, body.validated_data["reason"]))
+        return self._changed(
+            request, name, lambda: services.uncordon(name, actor, body.validated_data["reason"])
+        )
 
     @extend_schema(request=LabelsSerializer, responses=NodeSerializer)
     @action(detail=True, methods=["post"])
@@ -57,4 +61,6 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         body = LabelsSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         actor = request.user.get_username()
-        return self._changed(request, name, lambda: services.set_labels(name, body.validated_data["labels"], actor))
+        return self._changed(
+            request, name, lambda: services.set_labels(name, body.validated_data["labels"], actor)
+        )

@@ -1,0 +1,96 @@
+"""Storing what agents say about GPUs: identity at registration, the
+per-heartbeat samples on the node row, and wear and health on the Gpu rows
+only when they change."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from llmgw.inventory.models import Gpu, Node
+
+# Read once a minute by the agent; absent from the heartbeats in between.
+WEAR = ("remapped_rows", "pcie_replays", "nvlink_errors", "fabric", "xids")
+NODE_HEALTH = ("imex", "sxids", "xids_unattributed")
+
+
+def register(node: Node, gpus: list[dict[str, Any]]) -> None:
+    seen = set()
+    for gpu in gpus:
+        seen.add(gpu["index"])
+        adapter = gpu.get("nearest_adapter") or {}
+        lost = gpu.get("error") == "lost"
+        defaults: dict[str, Any] = {
+            "uuid": gpu.get("uuid") or "",
+            "name": gpu.get("name") or "",
+            "gpu_class": gpu.get("class") or "",
+            "memory_total_bytes": gpu.get("memory_total_bytes"),
+            "ecc_uncorrected": gpu.get("ecc_uncorrected"),
+            "foreign_processes": gpu.get("foreign_processes"),
+            "pci_bus_id": gpu.get("pci_bus_id") or "",
+            "numa_node": gpu.get("numa_node"),
+            "nearest_adapter": adapter.get("name") or "",
+            "nearest_adapter_level": adapter.get("level") or "",
+            "missing": lost,
+        }
+        for key in WEAR:
+            if key in gpu:
+                defaults[key] = gpu[key]
+        if lost:  # keep what we knew of a card NVML can no longer open
+            Gpu.objects.filter(node=node, index=gpu["index"]).update(missing=True)
+            if Gpu.objects.filter(node=node, index=gpu["index"]).exists():
+                continue
+        Gpu.objects.update_or_create(node=node, index=gpu["index"], defaults=defaults)
+    Gpu.objects.filter(node=node).exclude(index__in=seen).delete()
+
+
+def state_key(gpus: list[dict[str, Any]]) -> list[Any]:
+    """What on a heartbeat's cards can change whether they are free."""
+    return [
+        [
+            g["index"],
+            g.get("uuid"),
+            g.get("ecc_uncorrected"),
+            g.get("foreign_processes"),
+            g.get("error"),
+        ]
+        for g in gpus
+    ]
+
+
+def health_key(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The minute's wear readings, or None when this heartbeat has none."""
+    gpus = data.get("gpus") or []
+    if not any(key in g for g in gpus for key in WEAR) and not any(k in data for k in NODE_HEALTH):
+        return None
+    return {
+        "gpus": [{k: g[k] for k in ("index", *WEAR) if k in g} for g in gpus],
+        **{k: data[k] for k in NODE_HEALTH if k in data},
+    }
+
+
+def store_state(node: Node, gpus: list[dict[str, Any]]) -> None:
+    by_index = {g["index"]: g for g in gpus}
+    for gpu in Gpu.objects.filter(node=node):
+        sample = by_index.get(gpu.index)
+        changes: dict[str, Any] = {}
+        missing = sample is None or sample.get("error") == "lost"
+        if missing != gpu.missing:
+            changes["missing"] = missing
+        if sample is not None:
+            for key in ("ecc_uncorrected", "foreign_processes"):
+                if key in sample and sample[key] != getattr(gpu, key):
+                    changes[key] = sample[key]
+        if changes:
+            Gpu.objects.filter(pk=gpu.pk).update(**changes)
+
+
+def store_health(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """Update the cards' wear; returns the node fields to update."""
+    for sample in data.get("gpus") or []:
+        changes = {k: sample[k] for k in WEAR if k in sample}
+        if changes:
+            Gpu.objects.filter(node=node, index=sample["index"]).update(
+                **changes, health_reported_at=now
+            )
+    return {k: data[k] for k in NODE_HEALTH if k in data}
