@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "llmgw.inventory",
     "llmgw.catalog",
     "llmgw.serving",
+    "llmgw.nvlink",
     "llmgw.console",
     "llmgw.metrics",
 ]
@@ -116,7 +117,9 @@ if REDIS_URL:
             "CONFIG": {"hosts": [REDIS_URL]},
         }
     }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    }
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = False
 else:
@@ -127,7 +130,10 @@ else:
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
-    "mark-missed-heartbeats": {"task": "llmgw.inventory.tasks.mark_missed_heartbeats", "schedule": 5.0},
+    "mark-missed-heartbeats": {
+        "task": "llmgw.inventory.tasks.mark_missed_heartbeats",
+        "schedule": 5.0,
+    },
     "expire-agent-commands": {"task": "llmgw.inventory.tasks.expire_commands", "schedule": 10.0},
 }
 

@@ -4,9 +4,11 @@ from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
 from llmgw.metrics.collectors import FleetCollector
+from llmgw.metrics.gpus import GpuCollector
 
 _registry = CollectorRegistry(auto_describe=False)
 _registry.register(FleetCollector())
+_registry.register(GpuCollector())
 
 
 class _BearerOrToken(TokenAuthentication):

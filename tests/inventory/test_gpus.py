@@ -90,3 +90,45 @@ def test_a_bad_gpu_sample_is_named(make_node, agent_client):
     assert response.status_code == 400
     errors = response.json()["errors"]
     assert list(errors) == ["gpus.2"] and "utilization_percent" in errors["gpus.2"][0]
+
+
+def test_gpu_metrics_from_the_real_capture(make_node, agent_client, api):
+    from tests.inventory.test_metrics import scrape
+
+    agent, roots, _ = join_with_gpus(make_node, agent_client, "dgx-1", H100)
+    agent.post("heartbeat", heartbeat("dgx-1", **collect_gpus(roots)))
+    m = scrape(api)
+    gpu0 = (("class", "H100-80GB"), ("gpu", "0"), ("node", "dgx-1"))
+    assert (
+        m["llmgw_gpu_temperature_celsius"][(*gpu0[:2], ("node", "dgx-1"), ("sensor", "hbm"))] == 39
+    )
+    assert m["llmgw_gpu_power_watts"][gpu0] == 67.74
+    assert m["llmgw_gpu_pcie_replay_total"][gpu0] == 67
+    assert m["llmgw_gpu_healthy"][gpu0] == 1
+    throttle = m["llmgw_gpu_throttle"]
+    assert throttle[(*gpu0[:2], ("node", "dgx-1"), ("reason", "hw_power_brake_slowdown"))] == 1
+    assert throttle[(*gpu0[:2], ("node", "dgx-1"), ("reason", "hw_thermal_slowdown"))] == 0
+    # An H100's fabric names no multi-node domain: no joined metric at all.
+    assert not m.get("llmgw_gpu_nvlink_joined")
+
+
+def test_dashboards_and_alerts_only_use_metrics_llmgw_exports(api):
+    import json
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2] / "deploy"
+    exported = {
+        line.split()[2]
+        for line in api.get("/metrics").content.decode().splitlines()
+        if line.startswith("# TYPE")
+    }
+    dashboard = json.loads((root / "grafana" / "dashboards" / "llmgw-gpus.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert exprs, "the dashboard has panels with queries"
+    rules = yaml.safe_load((root / "prometheus" / "alerts.yml").read_text())
+    exprs += [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    used = {name for e in exprs for name in re.findall(r"\bllmgw_[a-z_]+", e)}
+    assert used and used <= exported, used - exported

@@ -1,0 +1,184 @@
+"""GPU, NVLink, IMEX and host-sensor metrics.
+
+Per-heartbeat samples older than MEASUREMENT_MAX_AGE_S are left out; the
+minute's wear readings are kept for two minutes (they come once a minute).
+A field the agent did not send is absent, never zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from llmgw.inventory.gpu_health import hardware_xids
+from llmgw.inventory.models import Gpu, Node
+from llmgw.nvlink import domains
+
+THROTTLE_REASONS = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+)
+GPU = ["node", "gpu", "class"]
+
+
+def _fresh(at: datetime | None, now: datetime, seconds: float) -> bool:
+    return at is not None and now - at <= timedelta(seconds=seconds)
+
+
+def _g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
+
+
+class GpuCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        now = timezone.now()
+        sample_age, wear_age = settings.MEASUREMENT_MAX_AGE_S, 2 * settings.MEASUREMENT_MAX_AGE_S
+        m = {
+            "info": _g(
+                "llmgw_gpu_info",
+                "A GPU the node registered",
+                ["node", "gpu", "class", "uuid", "name"],
+            ),
+            "healthy": _g(
+                "llmgw_gpu_healthy", "1 if the card is free to place on as far as health goes", GPU
+            ),
+            "missing": _g(
+                "llmgw_gpu_missing",
+                "1 if a registered card is no longer seen by the driver",
+                ["node", "gpu"],
+            ),
+            "mem_total": _g("llmgw_gpu_memory_total_bytes", "GPU memory", GPU),
+            "util": _g("llmgw_gpu_utilization_percent", "GPU utilisation", GPU),
+            "mem_used": _g("llmgw_gpu_memory_used_bytes", "GPU memory in use", GPU),
+            "bw": _g("llmgw_gpu_memory_bandwidth_percent", "Memory bandwidth in use", GPU),
+            "sm": _g("llmgw_gpu_sm_clock_mhz", "SM clock", GPU),
+            "temp": _g(
+                "llmgw_gpu_temperature_celsius", "GPU and HBM temperature", [*GPU, "sensor"]
+            ),
+            "power": _g("llmgw_gpu_power_watts", "Power draw", GPU),
+            "limit": _g("llmgw_gpu_power_limit_watts", "Enforced power limit", GPU),
+            "throttle": _g(
+                "llmgw_gpu_throttle",
+                "1 while a clock event (throttle) reason is active",
+                [*GPU, "reason"],
+            ),
+            "ecc": _g("llmgw_gpu_ecc_uncorrected_total", "Uncorrected ECC errors (volatile)", GPU),
+            "xid": _g("llmgw_gpu_xid_total", "XIDs seen, by code and kind", [*GPU, "xid", "kind"]),
+            "rows": _g("llmgw_gpu_remapped_rows", "Remapped rows by state", [*GPU, "state"]),
+            "replay": _g("llmgw_gpu_pcie_replay_total", "PCIe replays", GPU),
+            "nvlink": _g(
+                "llmgw_gpu_nvlink_errors_total", "NVLink errors", [*GPU, "link", "counter"]
+            ),
+            "joined": _g(
+                "llmgw_gpu_nvlink_joined",
+                "1 if the card joined its multi-node NVLink domain",
+                [*GPU, "domain"],
+            ),
+            "imex": _g("llmgw_imex_up", "1 if nvidia-imex is up on the node", ["node"]),
+            "cpu_temp": _g(
+                "llmgw_node_cpu_temperature_celsius", "CPU package temperature", ["node", "package"]
+            ),
+            "cpu_power": _g(
+                "llmgw_node_cpu_power_watts", "CPU package power (RAPL)", ["node", "package"]
+            ),
+            "inlet": _g(
+                "llmgw_node_inlet_temperature_celsius", "Board inlet temperature", ["node"]
+            ),
+        }
+        nodes = {
+            n.pk: n
+            for n in Node.objects.only(
+                "name", "gpu_telemetry", "sensors", "telemetry_at", "imex"
+            ).iterator(chunk_size=2000)
+        }
+        samples: dict[tuple[int, int], dict] = {}
+        for n in nodes.values():
+            fresh = _fresh(n.telemetry_at, now, sample_age)
+            if fresh:
+                for s in n.gpu_telemetry or []:
+                    samples[(n.pk, s["index"])] = s
+                self._sensors(m, n)
+            if n.imex is not None:
+                m["imex"].add_metric([n.name], 1.0 if n.imex.get("up") else 0.0)
+        for gpu in Gpu.objects.all().iterator(chunk_size=2000):
+            node = nodes.get(gpu.node_id)
+            if node is None:
+                continue
+            labels = [node.name, str(gpu.index), gpu.gpu_class]
+            m["info"].add_metric([*labels[:3], gpu.uuid, gpu.name], 1.0)
+            m["healthy"].add_metric(labels, 0.0 if gpu.unhealthy_reason else 1.0)
+            m["missing"].add_metric(labels[:2], 1.0 if gpu.missing else 0.0)
+            if gpu.memory_total_bytes is not None:
+                m["mem_total"].add_metric(labels, gpu.memory_total_bytes)
+            if gpu.ecc_uncorrected is not None:
+                m["ecc"].add_metric(labels, gpu.ecc_uncorrected)
+            self._sample(m, labels, samples.get((gpu.node_id, gpu.index)))
+            if _fresh(gpu.health_reported_at, now, wear_age):
+                self._wear(m, labels, gpu)
+        yield from m.values()
+
+    @staticmethod
+    def _sample(m: dict[str, GaugeMetricFamily], labels: list[str], s: dict | None) -> None:
+        if not s:
+            return
+        for key, metric in (
+            ("utilization_percent", "util"),
+            ("memory_used_bytes", "mem_used"),
+            ("memory_bandwidth_percent", "bw"),
+            ("sm_clock_mhz", "sm"),
+            ("power_draw_w", "power"),
+            ("power_limit_w", "limit"),
+        ):
+            if s.get(key) is not None:
+                m[metric].add_metric(labels, s[key])
+        for key, sensor in (("temperature_c", "gpu"), ("memory_temperature_c", "hbm")):
+            if s.get(key) is not None:
+                m["temp"].add_metric([*labels, sensor], s[key])
+        if s.get("clock_event_reasons") is not None:
+            active = set(s["clock_event_reasons"])
+            for reason in THROTTLE_REASONS:
+                m["throttle"].add_metric([*labels, reason], 1.0 if reason in active else 0.0)
+
+    @staticmethod
+    def _wear(m: dict[str, GaugeMetricFamily], labels: list[str], gpu: Gpu) -> None:
+        hardware = hardware_xids(gpu.xids)
+        for code, count in (gpu.xids or {}).items():
+            kind = "hardware" if code.isdigit() and int(code) in hardware else "other"
+            m["xid"].add_metric([*labels, code, kind], count)
+        for state, value in (gpu.remapped_rows or {}).items():
+            if value is not None:
+                m["rows"].add_metric([*labels, state], float(value))
+        if gpu.pcie_replays is not None:
+            m["replay"].add_metric(labels, gpu.pcie_replays)
+        for link in gpu.nvlink_errors or []:
+            for counter in ("replay", "recovery", "crc_flit", "crc_data"):
+                if link.get(counter) is not None:
+                    m["nvlink"].add_metric([*labels, str(link["link"]), counter], link[counter])
+        domain = domains.domain_of(gpu.fabric)
+        if domain is not None:
+            joined = not domains.card_problem(gpu.fabric) and not gpu.missing
+            m["joined"].add_metric([*labels, domain], 1.0 if joined else 0.0)
+
+    @staticmethod
+    def _sensors(m: dict[str, GaugeMetricFamily], n: Node) -> None:
+        sensors = n.sensors or {}
+        for package in sensors.get("cpu_packages") or []:
+            p = str(package["package"])
+            if package.get("temperature_c") is not None:
+                m["cpu_temp"].add_metric([n.name, p], package["temperature_c"])
+            if package.get("power_w") is not None:
+                m["cpu_power"].add_metric([n.name, p], package["power_w"])
+        if sensors.get("inlet_temperature_c") is not None:
+            m["inlet"].add_metric([n.name], sensors["inlet_temperature_c"])
