@@ -1,9 +1,11 @@
 """/api/v1/: one router for every app's operator API."""
 
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from llmgw.catalog.api.views import ModelViewSet
 from llmgw.inventory.api.views import NodeViewSet
+from llmgw.nvlink.api import NvlinkView
 
 
 class OptionalSlashRouter(SimpleRouter):
@@ -18,4 +20,7 @@ class OptionalSlashRouter(SimpleRouter):
 router = OptionalSlashRouter()
 router.register("nodes", NodeViewSet, basename="node")
 router.register("models", ModelViewSet, basename="model")
-urlpatterns = router.urls
+urlpatterns = [
+    path("nvlink", NvlinkView.as_view(), name="nvlink"),
+    *router.urls,
+]

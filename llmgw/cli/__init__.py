@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     sim.add_argument("--interval", type=float, default=10.0, help="heartbeat interval in seconds")
     sim.add_argument("--prefix", default="sim")
     sim.add_argument(
+        "--nvl72-trays", type=int, default=18, help="GB200 trays of one NVLink domain (0: none)"
+    )
+    sim.add_argument(
         "--once", action="store_true", help="register and send one heartbeat each, then exit"
     )
     worker = sub.add_parser("worker", help="run the background worker and its schedule")
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         _django()
         from llmgw.cli.simulate import run
 
-        return run(args.server, args.nodes, args.interval, args.prefix, args.once)
+        return run(args.server, args.nodes, args.interval, args.prefix, args.once, args.nvl72_trays)
     if args.command == "worker":
         _django()
         from llmgw.cli.server import worker_command

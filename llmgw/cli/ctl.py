@@ -237,6 +237,8 @@ def render_explanation(data: dict[str, Any]) -> str:
     if decision:
         where = f" across {decision['fabric']}" if decision.get("fabric") else ""
         lines.append(f"{data['model']}: placed as profile {decision['profile']}{where}")
+        if data.get("route"):
+            lines.append(f"  {data['route']}")
         for s in decision["shards"]:
             gpus = ",".join(str(g) for g in s["gpus"]) or DASH
             extra = f" adapters {','.join(s['adapters'])}" if s["adapters"] else ""

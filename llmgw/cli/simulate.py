@@ -43,8 +43,10 @@ def ensure_joined(client: AgentClient, sim: SimNode) -> str | None:
     return client.join(sim.name, token, path)
 
 
-def run(server: str, count: int, interval: float, prefix: str, once: bool) -> int:
-    fleet = make_fleet(count, prefix)
+def run(
+    server: str, count: int, interval: float, prefix: str, once: bool, nvl72_trays: int = 0
+) -> int:
+    fleet = make_fleet(count, prefix, nvl72_trays=nvl72_trays)
     stop = threading.Event()
     clients: dict[str, AgentClient] = {}
     for sim in fleet:

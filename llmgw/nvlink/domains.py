@@ -105,10 +105,14 @@ def build(nodes: list[dict[str, Any]]) -> dict[str, Domain]:
     return domains
 
 
-def joined_domain(node: dict[str, Any]) -> str | None:
-    """The domain placement may use this node in, or None."""
-    domains = build([node])
-    if len(domains) != 1:
-        return None
-    (domain,) = domains.values()
-    return domain.id if domain.trays and domain.trays[0].joined else None
+def placement_domain(node: dict[str, Any]) -> tuple[str | None, str]:
+    """The domain placement may use this node in (or None), and, when its
+    cards name one it cannot be used in, why."""
+    built = build([node])
+    if not built:
+        return None, ""
+    if len(built) > 1:
+        return None, f"its cards name {len(built)} different NVLink domains"
+    (domain,) = built.values()
+    tray = domain.trays[0]
+    return (domain.id, "") if tray.joined else (None, "; ".join(tray.reasons))

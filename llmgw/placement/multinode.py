@@ -139,6 +139,11 @@ def unchosen(cands: list[Candidate], p: Profile, model: str) -> dict[int, Refusa
                 Reason.FABRIC_TOO_SMALL,
                 f"{v.name} fits, but {g} has {plural(sizes[g], 'node')} that fit, needs {k}",
             )
+        elif best is not None and best[1].startswith(NVLINK_PREFIX) and v.nvlink_problem:
+            out[n.ordinal] = (
+                Reason.NVLINK_DOMAIN,
+                f"{v.name} is kept out of the NVLink domain: {v.nvlink_problem}",
+            )
         else:
             assert best is not None
             names = ", ".join(c[0].view.name for c in best[2])

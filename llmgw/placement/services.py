@@ -57,13 +57,33 @@ def explanation_data(placement: Placement) -> dict[str, Any]:
         attempts.append(
             {"profile": profile, "priority": priority, "placed": placed, "reasons": reasons}
         )
+    route = route_text(placement.decision)
+    text = placement.explanation.render()
     return {
         "model": placement.model,
         "placed": placement.decision is not None,
         "decision": decision_data(placement.decision) if placement.decision else None,
+        "route": route,
         "attempts": attempts,
-        "text": placement.explanation.render(),
+        "text": f"{route}\n{text}" if route else text,
     }
+
+
+def route_text(decision: Decision | None) -> str:
+    """Which interconnect a multi-node replica uses, and why."""
+    if decision is None or len(decision.shards) < 2:
+        return ""
+    nodes = len(decision.shards)
+    if decision.fabric and decision.fabric.startswith("nvlink:"):
+        domain = decision.fabric.removeprefix("nvlink:")
+        return (
+            f"inside NVLink domain {domain}: all {nodes} nodes have every card joined and IMEX up, "
+            "so the shards get NCCL_MNNVL_ENABLE=1 (InfiniBand is the fallback)"
+        )
+    return (
+        f"over fabric {decision.fabric}: no multi-node NVLink domain had {nodes} joined nodes "
+        "that fit, or the profile names this fabric"
+    )
 
 
 def decision_data(decision: Decision) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from django.utils import timezone
 from llmgw.catalog.models import Profile as ProfileRow
 from llmgw.inventory import services as inventory
 from llmgw.inventory.models import Gpu, ModelHolding, Node
+from llmgw.nvlink import domains
 from llmgw.placement.types import GB, GpuView, NodeView, Profile
 from llmgw.serving.models import GpuClaim, Shard
 
@@ -45,6 +46,44 @@ def claims_by_node() -> tuple[dict[int, int], dict[int, int]]:
     return memory, cores
 
 
+def nvlink_islands(topology: dict | None, uuids: dict[str, int]) -> tuple[frozenset[int], ...]:
+    """Groups of a node's GPUs joined by NVLink, from its topology matrix
+    (cells "NV<n>"); empty when the node did not say."""
+    if not topology or not topology.get("matrix"):
+        return ()
+    order = [uuids.get(u) for u in topology.get("gpus") or []]
+    parent = {i: i for i in order if i is not None}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for a, row in enumerate(topology["matrix"]):
+        for b, cell in enumerate(row):
+            if a < len(order) and b < len(order) and order[a] is not None and order[b] is not None:
+                if isinstance(cell, str) and cell.startswith("NV"):
+                    parent[root(order[a])] = root(order[b])
+    groups: dict[int, set[int]] = defaultdict(set)
+    for i in parent:
+        groups[root(i)].add(i)
+    return tuple(frozenset(g) for g in sorted(groups.values(), key=min))
+
+
+def engine_view(engines: list[dict] | None) -> tuple[frozenset[str], str]:
+    """Installed engines as the scheduler names them, and the node's own
+    words about the first one that is not (yet) installed."""
+    installed, status = set(), ""
+    for e in engines or []:
+        if e.get("status") == "installed":
+            installed.add(e["name"])
+            if e.get("version"):
+                installed.add(f"{e['name']}@{e['version']}")
+        elif not status:
+            status = f"{e.get('status')}: {e.get('message') or ''}".strip()
+    return frozenset(installed), status
+
+
 def node_views() -> list[NodeView]:
     now = timezone.now()
     memory, cores = claims_by_node()
@@ -52,7 +91,11 @@ def node_views() -> list[NodeView]:
     for node_id, index in GpuClaim.objects.values_list("node_id", "index"):
         claimed[node_id].add(index)
     gpus = defaultdict(list)
+    cards = defaultdict(list)
     for g in Gpu.objects.all():
+        cards[g.node_id].append(
+            {"index": g.index, "uuid": g.uuid, "fabric": g.fabric, "missing": g.missing}
+        )
         gpus[g.node_id].append(
             GpuView(
                 index=g.index,
@@ -69,6 +112,11 @@ def node_views() -> list[NodeView]:
         holds[node_id].add(name)
     views = []
     for n in Node.objects.all():
+        engines, engine_status = engine_view(n.engines)
+        uuids = {c["uuid"]: c["index"] for c in cards[n.pk]}
+        domain, problem = domains.placement_domain(
+            {"name": n.name, "imex": n.imex, "gpus": cards[n.pk]}
+        )
         views.append(
             NodeView(
                 name=n.name,
@@ -83,6 +131,13 @@ def node_views() -> list[NodeView]:
                 gpus=tuple(sorted(gpus[n.pk], key=lambda g: g.index)),
                 fabrics={f["name"]: tuple(f.get("adapters") or ()) for f in n.fabrics or []},
                 holds_weights=frozenset(holds[n.pk]),
+                nvlink_islands=nvlink_islands(n.gpu_topology, uuids),
+                nvlink_domain=domain,
+                nvlink_problem=problem,
+                engines=engines,
+                # None (an agent too old to say) is not refused for engines.
+                engines_probed=bool(n.engines_probed),
+                engine_status=engine_status,
             )
         )
     return views

@@ -63,6 +63,9 @@ class NodeView:
     # Multi-node NVLink domain (ClusterUUID/clique). The inventory sets it only
     # when every card is joined and IMEX is up; otherwise None.
     nvlink_domain: str | None = None
+    # Why a node whose cards name a domain is kept out of it ("GPU 2: fabric
+    # registration completed with status insufficient_resources", "IMEX is down").
+    nvlink_problem: str = ""
     # Fabric name -> leaf switch the node's adapters hang off, where mapped.
     fabric_leaves: Mapping[str, str] = field(default_factory=dict)
     # Fabrics on which a cable of this node trained below its kind's rate.
@@ -123,6 +126,7 @@ class Reason(StrEnum):
     FABRIC = "no_fabric"
     FABRIC_TOO_SMALL = "fabric_too_small"
     NOT_PREFERRED = "not_preferred"
+    NVLINK_DOMAIN = "nvlink_domain"
 
     @property
     def summary(self) -> str:
@@ -143,6 +147,7 @@ _TITLES = {
     Reason.FABRIC: "not on the fabric",
     Reason.FABRIC_TOO_SMALL: "fabric has too few nodes that fit",
     Reason.NOT_PREFERRED: "fits, another node was preferred",
+    Reason.NVLINK_DOMAIN: "kept out of its NVLink domain",
 }
 
 

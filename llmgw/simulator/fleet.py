@@ -14,6 +14,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmgw.simulator.gpus import GpuSim, fabric, imex, topology
+
 GiB = 2**30
 TiB = 2**40
 
@@ -89,6 +91,13 @@ SHAPES = {
         "vm", "QEMU Virtual CPU version 2.5+", 8, 8 * GiB, ("sse4_2",), local_disk_bytes=100 * GiB
     ),
 }
+# One compute tray of a GB200 NVL72 rack: two Grace CPUs, four B200s.
+SHAPES["gb200"] = Shape(
+    "gb200", "Neoverse-V2", 144, 960 * GiB, ("neon", "sve", "sve2"), "NVIDIA GB200", "GB200-186GB",
+    189471 * 2**20, 4, "ib-c", 4, 400.0, "570.124.06", 4 * TiB,
+)  # fmt: skip
+POWER_LIMIT_W = {"h100": 700.0, "a100": 400.0, "gb200": 1200.0}
+NVLINKS = {"h100": 18, "a100": 12, "gb200": 18}
 # The order nodes are dealt in: a mix that shows every case in a small fleet.
 DEAL = ("h100", "a100", "cpu", "h100", "a100", "cpu", "vm", "h100", "a100", "cpu", "h100", "vm")
 MODELS = (
@@ -109,6 +118,19 @@ class SimNode:
     memory_used: int = 0
     local_free: int = 0
     rng: random.Random = field(default_factory=random.Random)
+    held_out: bool = False
+    trays: tuple[str, ...] = ()
+    gpu_sim: GpuSim | None = None
+
+    def __post_init__(self) -> None:
+        if self.shape.gpus:
+            self.gpu_sim = GpuSim(self.shape.kind, self.shape.gpus, self.rng, self.held_out)
+
+    def uuids(self) -> list[str]:
+        return [
+            f"GPU-{self.seed:08x}-{i:04x}-5111-{self.name.encode().hex()[:12]:0>12}"
+            for i in range(self.shape.gpus)
+        ]
 
     def registration(self, interval_s: float) -> dict[str, Any]:
         s = self.shape
@@ -136,18 +158,27 @@ class SimNode:
             },
         }
         if s.gpus:
+            uuids = self.uuids()
             payload["gpus"] = [
                 {
                     "index": i,
-                    "uuid": f"GPU-{self.seed:08x}-{i:04x}-sim0-{self.name.encode().hex()[:12]:0>12}",
+                    "uuid": uuids[i],
                     "name": s.gpu_name,
                     "class": s.gpu_class,
                     "memory_total_bytes": s.gpu_memory_bytes,
                     "ecc_uncorrected": 0,
                     "foreign_processes": 0,
+                    "pci_bus_id": f"0000:{0x18 + 0x10 * i:02x}:00.0",
+                    "numa_node": i * 2 // s.gpus,
+                    "nearest_adapter": {"name": f"mlx5_{i * s.adapters // s.gpus}", "level": "PIX"},
+                    "fabric": fabric(s.kind, self.held_out, i),
                 }
                 for i in range(s.gpus)
             ]
+            payload["gpu_topology"] = topology(uuids, NVLINKS[s.kind])
+            if s.kind == "gb200":
+                payload["imex"] = imex(s.kind, list(self.trays), up=True)
+                payload["system"]["arch"] = "aarch64"
         if s.fabric:
             payload["fabrics"] = [
                 {
@@ -214,7 +245,7 @@ class SimNode:
                 }
             )
         held = [MODELS[(self.seed + k) % len(MODELS)] for k in range(self.seed % 3)]
-        return {
+        beat: dict[str, Any] = {
             "schema": 1,
             "node": self.name,
             "cpu": {
@@ -235,9 +266,19 @@ class SimNode:
                 for n in ("cpu", "memory", "filesystems", "weights")
             ],
         }
+        if self.gpu_sim is not None:
+            beat["gpus"] = self.gpu_sim.sample(s.gpu_memory_bytes, POWER_LIMIT_W[s.kind])
+            if s.kind == "gb200" and self.gpu_sim.beats % 6 == 1:
+                beat["imex"] = imex(s.kind, list(self.trays), up=True)
+        return beat
 
 
-def make_fleet(count: int, prefix: str = "sim", seed: int = 7) -> list[SimNode]:
+def make_fleet(
+    count: int, prefix: str = "sim", seed: int = 7, nvl72_trays: int = 0
+) -> list[SimNode]:
+    """`count` mixed nodes, then `nvl72_trays` GB200 trays of one NVLink
+    domain, the seventh of which is held out (a card short of fabric
+    resources), so there is always something to explain."""
     nodes = []
     for i in range(count):
         shape = SHAPES[DEAL[i % len(DEAL)]]
@@ -247,6 +288,21 @@ def make_fleet(count: int, prefix: str = "sim", seed: int = 7) -> list[SimNode]:
             rack=f"r{1 + i // 4:02d}",
             seed=seed * 1000 + i,
             rng=random.Random(seed * 1000 + i),
+        )
+        node.memory_used = int(shape.memory_bytes * 0.2)
+        node.local_free = int(shape.local_disk_bytes * 0.6)
+        nodes.append(node)
+    trays = tuple(f"{prefix}-gb200-t{t + 1:02d}" for t in range(nvl72_trays))
+    for t, name in enumerate(trays):
+        shape = SHAPES["gb200"]
+        node = SimNode(
+            name=name,
+            shape=shape,
+            rack="nvl72-a",
+            seed=seed * 1000 + 500 + t,
+            rng=random.Random(seed * 1000 + 500 + t),
+            held_out=(t == 6),
+            trays=trays,
         )
         node.memory_used = int(shape.memory_bytes * 0.2)
         node.local_free = int(shape.local_disk_bytes * 0.6)

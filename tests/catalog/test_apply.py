@@ -30,7 +30,7 @@ models:
 def test_the_shipped_example_is_applied(db):
     # A published example that has never been loaded is a guess (seed c1ac2f022f).
     counts = services.apply_file(ROOT / "deploy" / "server.example.yaml")
-    assert counts["models"] == Model.objects.count() == 5
+    assert counts["models"] == Model.objects.count() == 6
     tp8 = Profile.objects.get(model__name="llama-3.1-70b-instruct", name="tp8")
     assert (tp8.gpu_class, tp8.gpus_per_shard, tp8.tensor_parallel, tp8.engine) == (
         "H100-80GB",
