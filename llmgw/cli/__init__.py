@@ -48,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     sim.add_argument(
         "--once", action="store_true", help="register and send one heartbeat each, then exit"
     )
+    doctor = sub.add_parser(
+        "doctor", help="on a node: check GPU fabric joining, bandwidth and IMEX"
+    )
+    doctor.add_argument(
+        "--config", help="the agent's agent.yaml, for its /proc, /sys and command wrapper"
+    )
     worker = sub.add_parser("worker", help="run the background worker and its schedule")
     worker.add_argument("--concurrency", type=int, default=1)
 
@@ -75,6 +81,18 @@ def main(argv: list[str] | None = None) -> int:
         from llmgw.cli.simulate import run
 
         return run(args.server, args.nodes, args.interval, args.prefix, args.once, args.nvl72_trays)
+    if args.command == "doctor":
+        # Runs the agent's own checks on this machine; no control plane needed.
+        from llmgw_agent.doctor import print_report
+        from llmgw_agent.payload import roots_for
+
+        if args.config:
+            from llmgw_agent.config import load_config
+
+            return print_report(roots_for(load_config(args.config)))
+        from llmgw_agent.collectors import Roots
+
+        return print_report(Roots())
     if args.command == "worker":
         _django()
         from llmgw.cli.server import worker_command

@@ -295,6 +295,24 @@ def cmd_model(api: Api, args: argparse.Namespace) -> str:
     return f"{model['name']}: always_running {model['always_running']}, under_load {model['under_load']}"
 
 
+def cmd_nvlink(api: Api, args: argparse.Namespace) -> str:
+    data = api.call("GET", "/api/v1/nvlink")
+    if args.json:
+        return json.dumps(data, indent=2)
+    if not data["domains"]:
+        return "no multi-node NVLink domains"
+    lines = []
+    for d in data["domains"]:
+        lines.append(
+            f"domain {d['id']}: {d['joined_trays']}/{len(d['trays'])} trays joined, "
+            f"{d['joined_gpus']}/{d['gpus']} GPUs"
+        )
+        for t in d["trays"]:
+            if not t["joined"]:
+                lines.append(f"  {t['node']} held out: " + "; ".join(t["held_out_because"]))
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmgw ctl", description="llmgw REST API client")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -344,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--always-running", type=int)
     q.add_argument("--under-load", type=int)
     q.set_defaults(func=cmd_model)
+    p = sub.add_parser("nvlink", help="multi-node NVLink domains and what keeps trays out")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_nvlink)
     p = sub.add_parser("status", help="the fleet in a few lines")
     p.set_defaults(func=cmd_status)
     return parser
