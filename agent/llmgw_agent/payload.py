@@ -21,7 +21,10 @@ SYSTEM_FIELDS = (
     "os", "kernel", "arch", "cpu_model", "cpu_flags", "cpus", "memory_total_bytes",
     "nvidia_driver",
 )  # fmt: skip
-HEARTBEAT_PARTS = ("cpu", "memory", "filesystems", "weights")
+HEARTBEAT_PARTS = (
+    "cpu", "memory", "filesystems", "weights",
+    "ports", "fabrics_changed", "fabrics_active", "subnet_managers", "notices",
+)  # fmt: skip
 # GPU, sensor and IMEX parts (collectors gpus, sensors, imex); each absent when unmeasured.
 GPU_HEARTBEAT_PARTS = ("gpus", "sensors", "imex", "sxids", "xids_unattributed")
 GPU_REGISTER_PARTS = ("gpu_topology", "imex")
@@ -94,6 +97,7 @@ def roots_for(config: AgentConfig) -> Roots:
         rootfs=config.rootfs,
         run=make_runner(config.command_wrapper),
         model_dirs=config.model_dirs,
+        fabrics={f.name: f.adapters for f in config.fabrics},
     )
 
 

@@ -5,6 +5,7 @@ from . import (  # noqa: F401 - registers them
     filesystems,
     gpu,
     gpu_imex,
+    ib,  # imports sm first: the sm collector runs before ib, whose ports read it
     memory,
     sensors,
     system,

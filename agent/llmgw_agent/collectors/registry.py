@@ -63,6 +63,10 @@ class Roots:
     rootfs: Path = Path("/")
     run: CommandRunner = field(default_factory=make_runner)
     model_dirs: tuple[str, ...] = ()
+    # Declared fabrics (agent.yaml `fabrics`): name -> adapters ("mlx5_0", or "mlx5_0/1").
+    fabrics: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Monotonic seconds, for collectors that sample less often than every heartbeat.
+    clock: Callable[[], float] = time.monotonic
     # None: <proc>/self/mountinfo, else <proc>/self/mounts, else <proc>/mounts.
     mounts: Path | None = None
     statfs: Callable[[str], StatFs] = os.statvfs
