@@ -4,6 +4,7 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from llmgw.catalog.api.views import ModelViewSet
+from llmgw.fabrics.api.views import FabricListView, TopologyView
 from llmgw.inventory.api.views import NodeViewSet
 from llmgw.nvlink.api import NvlinkView
 
@@ -22,5 +23,7 @@ router.register("nodes", NodeViewSet, basename="node")
 router.register("models", ModelViewSet, basename="model")
 urlpatterns = [
     path("nvlink", NvlinkView.as_view(), name="nvlink"),
+    path("fabrics", FabricListView.as_view(), name="fabrics"),
+    path("fabrics/<int:pk>/topology", TopologyView.as_view(), name="fabric-topology"),
     *router.urls,
 ]

@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "llmgw.catalog",
     "llmgw.serving",
     "llmgw.nvlink",
+    "llmgw.fabrics",
     "llmgw.console",
     "llmgw.metrics",
 ]

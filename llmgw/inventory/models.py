@@ -83,6 +83,17 @@ class Node(models.Model):
     engines = models.JSONField(default=list, blank=True)
     engines_probed = models.BooleanField(null=True, blank=True)
     warnings = models.JSONField(default=list, blank=True)
+    # InfiniBand and RoCE ports as last sent, counters included (one UPDATE
+    # per heartbeat); fabrics.Port rows hold what placement reads, rewritten
+    # only when a port's state or subnet manager changes.
+    port_samples = models.JSONField(null=True, blank=True)
+    ports_at = models.DateTimeField(null=True, blank=True)
+    ports_digest = models.CharField(max_length=64, blank=True, default="")
+    managers_digest = models.CharField(max_length=64, blank=True, default="")
+    # Declared fabrics the node can carry traffic on now; None until a
+    # heartbeat said (then the registration's declared fabrics are used).
+    active_fabrics = models.JSONField(null=True, blank=True)
+    notices = models.JSONField(default=list, blank=True)
     filesystems_digest = models.CharField(max_length=64, blank=True, default="")
     weights_digest = models.CharField(max_length=64, blank=True, default="")
 

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from llmgw.fabrics import services as fabric_services
 from llmgw.inventory import credentials, gpus
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import AuditEvent, Filesystem, ModelHolding, Node
@@ -185,7 +186,9 @@ def _heartbeat(
     for key, column in (("gpus", "gpu_telemetry"), ("sensors", "sensors")):
         if key in data:
             fields[column] = data[key]
-    for key in ("engines", "engines_probed", "warnings"):
+    if "ports" in data:
+        fields["port_samples"], fields["ports_at"] = data["ports"], now
+    for key in ("engines", "engines_probed", "warnings", "notices"):
         if key in data:
             fields[key] = data[key]
 
@@ -194,7 +197,18 @@ def _heartbeat(
         return None
     # registered_at comes back unconverted (a string on SQLite): only
     # whether it is null matters.
-    pk, name, state, registered_at, filesystems_digest, weights_digest, gpu_state, gpu_health = row
+    (
+        pk,
+        name,
+        state,
+        registered_at,
+        filesystems_digest,
+        weights_digest,
+        gpu_state,
+        gpu_health,
+        ports_digest,
+        managers_digest,
+    ) = row
 
     digests: dict[str, str] = {}
     if "filesystems" in data and (digest := _digest(data["filesystems"])) != filesystems_digest:
@@ -203,6 +217,12 @@ def _heartbeat(
         digests["weights_digest"] = digest
     if "gpus" in data and (digest := _digest(gpus.state_key(data["gpus"]))) != gpu_state:
         digests["gpu_state_digest"] = digest
+    if "ports" in data:
+        key = fabric_services.port_key(data)
+        if (digest := _digest(key["ports"])) != ports_digest:
+            digests["ports_digest"] = digest
+        if key["managers"] and (digest := _digest(key["managers"])) != managers_digest:
+            digests["managers_digest"] = digest
     health = gpus.health_key(data)
     if health is not None and (digest := _digest(health)) != gpu_health:
         digests["gpu_health_digest"] = digest
@@ -222,6 +242,8 @@ _RETURNING = (
     "weights_digest",
     "gpu_state_digest",
     "gpu_health_digest",
+    "ports_digest",
+    "managers_digest",
 )
 
 
@@ -290,6 +312,10 @@ def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: 
     if "gpu_health_digest" in digests and digests["gpu_health_digest"] != node.gpu_health_digest:
         changes.update(gpus.store_health(node, data, now))
         changes["gpu_health_digest"] = digests["gpu_health_digest"]
+    port_digests = {k: v for k, v in digests.items() if k in ("ports_digest", "managers_digest")}
+    if any(getattr(node, k) != v for k, v in port_digests.items()):
+        changes.update(fabric_services.observe(node, data, now))
+        changes.update(port_digests)
     if node.state != NodeState.READY and not node.revoked_at:
         changes["state"] = NodeState.READY
     if changes:

@@ -4,11 +4,13 @@ from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
 from llmgw.metrics.collectors import FleetCollector
+from llmgw.metrics.fabrics import FabricCollector
 from llmgw.metrics.gpus import GpuCollector
 
 _registry = CollectorRegistry(auto_describe=False)
 _registry.register(FleetCollector())
 _registry.register(GpuCollector())
+_registry.register(FabricCollector())
 
 
 class _BearerOrToken(TokenAuthentication):

@@ -16,6 +16,12 @@ from .types import Profile, Reason
 Candidate = tuple[NodeState, tuple[int, ...]]
 
 NVLINK_PREFIX = "nvlink:"
+PART = "@"
+
+
+def same_fabric(key: str, declared: str) -> bool:
+    """Whether a node's fabric key is (a physical part of) the declared name."""
+    return key == declared or key.startswith(declared + PART)
 
 
 @dataclass(slots=True)
@@ -80,7 +86,16 @@ def _options(
                 )
         names = sorted({f for c in cands for f, a in c[0].view.fabrics.items() if a})
     else:
-        names = [p.fabric]
+        # A declared name is divided by physical fabric: "ib-a@0x..." keys
+        # are parts of "ib-a", and a replica is formed on one part only.
+        names = sorted(
+            {
+                f
+                for c in cands
+                for f, a in c[0].view.fabrics.items()
+                if a and same_fabric(f, p.fabric)
+            }
+        ) or [p.fabric]
     for f in names:
         members = [c for c in cands if fabric_adapters(c[0], f)]
         sizes[f] = len(members)
@@ -124,9 +139,14 @@ def unchosen(cands: list[Candidate], p: Profile, model: str) -> dict[int, Refusa
             continue
         v = n.view
         groups = [f for f, a in v.fabrics.items() if a and f in sizes]
+        problem = v.fabric_problems.get(p.fabric or "") or next(
+            iter(v.fabric_problems.values()), ""
+        )
         if v.nvlink_domain is not None and NVLINK_PREFIX + v.nvlink_domain in sizes:
             groups.append(NVLINK_PREFIX + v.nvlink_domain)
-        if not groups:
+        if not groups and problem:
+            out[n.ordinal] = (Reason.FABRIC, f"{v.name} cannot be used across nodes: {problem}")
+        elif not groups:
             on = ", ".join(f for f, a in sorted(v.fabrics.items()) if a) or "no fabric"
             need = f"fabric {p.fabric}" if p.fabric else "a fabric"
             out[n.ordinal] = (

@@ -9,6 +9,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from llmgw.catalog.models import Profile as ProfileRow
+from llmgw.fabrics.models import Port
 from llmgw.inventory import services as inventory
 from llmgw.inventory.models import Gpu, ModelHolding, Node
 from llmgw.nvlink import domains
@@ -84,6 +85,40 @@ def engine_view(engines: list[dict] | None) -> tuple[frozenset[str], str]:
     return frozenset(installed), status
 
 
+UNVERIFIED = "unverified"
+
+
+def fabric_view(node: Node, ports: list[Port]) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """The node's fabrics as placement divides them: each declared name split
+    by physical fabric ("ib-a@0x..."), so a replica forms on one part only.
+    A node whose adapters for one name sit on two fabrics is refused for it;
+    one that cannot say (no subnet manager answer, or an agent that never
+    reported ports) is kept apart from those that can ("ib-a@unverified")."""
+    declared = {f["name"]: tuple(f.get("adapters") or ()) for f in node.fabrics or []}
+    if node.active_fabrics is None:
+        return {
+            f"{name}@{UNVERIFIED}": adapters for name, adapters in declared.items() if adapters
+        }, {}
+    views: dict[str, tuple[str, ...]] = {}
+    problems: dict[str, str] = {}
+    for name in node.active_fabrics:
+        active = [p for p in ports if p.declared_fabric == name and p.active]
+        parts: dict[str, list[str]] = defaultdict(list)
+        for p in active:
+            identity = p.physical_fabric.identity if p.physical_fabric else UNVERIFIED
+            parts[identity].append(p.device)
+        verified = {k: v for k, v in parts.items() if k != UNVERIFIED}
+        if len(verified) > 1:
+            where = "; ".join(f"{', '.join(sorted(v))} on {k}" for k, v in sorted(verified.items()))
+            problems[name] = f"its adapters for {name} sit on {len(verified)} fabrics ({where})"
+        elif verified:
+            ((identity, devices),) = verified.items()
+            views[f"{name}@{identity}"] = tuple(sorted(set(devices)))
+        elif parts:
+            views[f"{name}@{UNVERIFIED}"] = tuple(sorted(set(parts[UNVERIFIED])))
+    return views, problems
+
+
 def node_views() -> list[NodeView]:
     now = timezone.now()
     memory, cores = claims_by_node()
@@ -110,8 +145,12 @@ def node_views() -> list[NodeView]:
     holds = defaultdict(set)
     for node_id, name in ModelHolding.objects.values_list("node_id", "model_name"):
         holds[node_id].add(name)
+    ports = defaultdict(list)
+    for port in Port.objects.select_related("physical_fabric"):
+        ports[port.node_id].append(port)
     views = []
     for n in Node.objects.all():
+        fabrics, fabric_problems = fabric_view(n, ports[n.pk])
         engines, engine_status = engine_view(n.engines)
         uuids = {c["uuid"]: c["index"] for c in cards[n.pk]}
         domain, problem = domains.placement_domain(
@@ -129,7 +168,8 @@ def node_views() -> list[NodeView]:
                 claimed_memory_bytes=memory.get(n.pk, 0),
                 claimed_cores=cores.get(n.pk, 0),
                 gpus=tuple(sorted(gpus[n.pk], key=lambda g: g.index)),
-                fabrics={f["name"]: tuple(f.get("adapters") or ()) for f in n.fabrics or []},
+                fabrics=fabrics,
+                fabric_problems=fabric_problems,
                 holds_weights=frozenset(holds[n.pk]),
                 nvlink_islands=nvlink_islands(n.gpu_topology, uuids),
                 nvlink_domain=domain,

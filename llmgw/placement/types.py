@@ -66,6 +66,9 @@ class NodeView:
     # Why a node whose cards name a domain is kept out of it ("GPU 2: fabric
     # registration completed with status insufficient_resources", "IMEX is down").
     nvlink_problem: str = ""
+    # Declared fabric name -> why this node cannot be used on it (its adapters
+    # for the name sit on two physical fabrics).
+    fabric_problems: Mapping[str, str] = field(default_factory=dict)
     # Fabric name -> leaf switch the node's adapters hang off, where mapped.
     fabric_leaves: Mapping[str, str] = field(default_factory=dict)
     # Fabrics on which a cable of this node trained below its kind's rate.

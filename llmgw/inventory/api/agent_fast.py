@@ -102,10 +102,15 @@ class Heartbeat(TypedDict):
     xids_unattributed: NotRequired[t.XidCounters]
     engines: NotRequired[Annotated[list[t.Engine], msgspec.Meta(max_length=64)]]
     engines_probed: NotRequired[bool]
+    ports: NotRequired[Annotated[list[t.PortSample], msgspec.Meta(max_length=256)]]
+    fabrics_changed: NotRequired[bool]
+    fabrics_active: NotRequired[Annotated[list[_text(64)], msgspec.Meta(max_length=64)]]  # type: ignore[valid-type]
+    subnet_managers: NotRequired[Annotated[list[t.ManagerListing], msgspec.Meta(max_length=256)]]
+    notices: NotRequired[Annotated[list[_text(2000)], msgspec.Meta(max_length=32)]]  # type: ignore[valid-type]
     warnings: NotRequired[Annotated[list[_text(2000)], msgspec.Meta(max_length=32)]]  # type: ignore[valid-type]
 
 
-_STRUCTS = ("gpus", "sensors", "imex", "engines")
+_STRUCTS = ("gpus", "sensors", "imex", "engines", "ports", "subnet_managers")
 
 
 _decoder = msgspec.json.Decoder(Heartbeat)

@@ -147,6 +147,15 @@ class HeartbeatSerializer(Envelope):
     sxids = t.MsgspecField(t.XidCounters, required=False)
     xids_unattributed = t.MsgspecField(t.XidCounters, required=False)
     engines = t.listing(t.Engine, 64)
+    ports = t.listing(t.PortSample, 256)
+    fabrics_changed = serializers.BooleanField(required=False)
+    fabrics_active = serializers.ListField(
+        child=serializers.CharField(max_length=64), max_length=64, required=False
+    )
+    subnet_managers = t.listing(t.ManagerListing, 256)
+    notices = serializers.ListField(
+        child=serializers.CharField(max_length=2000), max_length=32, required=False
+    )
     engines_probed = serializers.BooleanField(required=False)
     warnings = serializers.ListField(
         child=serializers.CharField(max_length=2000), max_length=32, required=False

@@ -133,6 +133,38 @@ class Engine(msgspec.Struct, omit_defaults=True):
 XidCounters = dict[Short, dict[Short, Count]]
 
 
+class SubnetManager(msgspec.Struct, omit_defaults=True):
+    guid: Short
+    lid: Count | None = None
+    priority: Annotated[int, msgspec.Meta(ge=0, le=15)] | None = None
+    state: Short | None = None
+
+
+class PortSample(msgspec.Struct, omit_defaults=True):
+    """One InfiniBand or RoCE port; counters are running totals in bytes
+    (data) or events."""
+
+    device: Short
+    port: Index
+    link_layer: Short | None = None
+    state: Short | None = None
+    phys_state: Short | None = None
+    rate_gbps: Annotated[float, msgspec.Meta(ge=0, le=100_000)] | None = None
+    rate_text: Short | None = None
+    node_guid: Short | None = None
+    port_guid: Short | None = None
+    counters: dict[Short, Count] | None = None
+    fabric: Short | None = None
+    sm: SubnetManager | None = None
+    roce_network: Short | None = None
+
+
+class ManagerListing(msgspec.Struct, omit_defaults=True):
+    port: Short
+    managers: Annotated[list[SubnetManager], msgspec.Meta(max_length=64)]
+    master: Short | None = None
+
+
 def to_builtins(value: Any) -> Any:
     return msgspec.to_builtins(value)
 

@@ -1,0 +1,183 @@
+"""What /api/v1/fabrics, the cluster page and the metrics say about fabrics:
+each physical fabric with its subnet managers and problems, and the
+warnings that only show across fabrics and names."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from llmgw.fabrics.choices import FabricKind, Problem
+from llmgw.fabrics.models import MasterChange, PhysicalFabric, Port
+from llmgw.fabrics.services import GONE
+
+
+def _port_name(p: Port) -> str:
+    return f"{p.node.name}:{p.device}/{p.port}"
+
+
+def build() -> dict[str, Any]:
+    now = timezone.now()
+    ports = list(Port.objects.select_related("node", "physical_fabric"))
+    fabrics = list(PhysicalFabric.objects.prefetch_related("managers"))
+    changes: dict[int, list[MasterChange]] = defaultdict(list)
+    for change in MasterChange.objects.filter(at__gte=now - timedelta(days=1)):
+        changes[change.fabric_id].append(change)
+
+    names_by_fabric: dict[int, set[str]] = defaultdict(set)
+    fabrics_by_name: dict[str, set[str]] = defaultdict(set)
+    by_fabric: dict[int, list[Port]] = defaultdict(list)
+    warnings: list[dict[str, Any]] = []
+    for p in ports:
+        if p.physical_fabric_id:
+            by_fabric[p.physical_fabric_id].append(p)
+            if p.declared_fabric:
+                names_by_fabric[p.physical_fabric_id].add(p.declared_fabric)
+                fabrics_by_name[p.declared_fabric].add(p.physical_fabric.identity)
+        if p.active and not p.declared_fabric:
+            warnings.append(
+                {
+                    "kind": "undeclared_adapter",
+                    "port": _port_name(p),
+                    "message": f"{_port_name(p)} is up but no fabric in agent.yaml names it",
+                }
+            )
+        if p.active and p.link_layer != "Ethernet" and not p.physical_fabric_id:
+            warnings.append(
+                {
+                    "kind": "cannot_check",
+                    "port": _port_name(p),
+                    "node": p.node.name,
+                    "message": f"{_port_name(p)} is up but no subnet manager answered: "
+                    "its fabric cannot be checked, so it is kept apart",
+                }
+            )
+    for name, identities in sorted(fabrics_by_name.items()):
+        if len(identities) > 1:
+            warnings.append(
+                {
+                    "kind": "name_covers_fabrics",
+                    "name": name,
+                    "fabrics": sorted(identities),
+                    "message": f"{name} covers {len(identities)} separate fabrics: "
+                    f"{', '.join(sorted(identities))}; a replica is formed on one only",
+                }
+            )
+
+    unmanaged: dict[str, list[str]] = defaultdict(list)
+    for p in ports:
+        if p.state == "INIT" and p.phys_state == "LinkUp":
+            unmanaged[p.declared_fabric].append(_port_name(p))
+
+    out = []
+    for f in fabrics:
+        members = by_fabric.get(f.pk, [])
+        names = sorted(names_by_fabric.get(f.pk, set()))
+        problems = []
+        if f.kind == FabricKind.INFINIBAND:
+            standbys = [m for m in f.managers.all() if m.guid != f.master_guid and m.state != GONE]
+            if not standbys:
+                problems.append(
+                    {
+                        "code": Problem.NO_STANDBY,
+                        "message": "no standby subnet manager: "
+                        "the fabric cannot survive losing its master",
+                    }
+                )
+            masters = sorted({p.sm_guid for p in members if p.sm_guid})
+            if len(masters) > 1:
+                problems.append(
+                    {
+                        "code": Problem.MASTER_DISAGREEMENT,
+                        "message": f"ports disagree on the master: {', '.join(masters)}",
+                    }
+                )
+            init = [port for name in names for port in unmanaged.get(name, [])]
+            if init:
+                problems.append(
+                    {
+                        "code": Problem.NO_SUBNET_MANAGER,
+                        "message": f"{len(init)} port(s) up with no subnet manager (INIT): "
+                        f"{', '.join(init[:8])}",
+                    }
+                )
+            if any(c.at >= now - timedelta(hours=1) for c in changes.get(f.pk, [])):
+                problems.append(
+                    {
+                        "code": Problem.RECENT_FAILOVER,
+                        "message": "the master changed in the last hour",
+                    }
+                )
+        if len(names) > 1:
+            warnings.append(
+                {
+                    "kind": "names_share_fabric",
+                    "fabric": f.identity,
+                    "names": names,
+                    "message": f"{' and '.join(names)} are one fabric ({f.identity})",
+                }
+            )
+        out.append(
+            {
+                "id": f.pk,
+                "identity": f.identity,
+                "kind": f.kind,
+                "names": names,
+                "master": {"guid": f.master_guid, "priority": f.master_priority}
+                if f.master_guid
+                else None,
+                "subnet_managers": [
+                    {
+                        "guid": m.guid,
+                        "lid": m.lid,
+                        "priority": m.priority,
+                        "state": m.state,
+                        "master": m.guid == f.master_guid,
+                        "last_seen": m.last_seen,
+                    }
+                    for m in f.managers.all()
+                ],
+                "nodes": sorted({p.node.name for p in members}),
+                "ports": len(members),
+                "active_ports": sum(1 for p in members if p.active),
+                "problems": problems,
+                "master_changes": [
+                    {
+                        "at": c.at,
+                        "from": c.previous_guid,
+                        "to": c.master_guid,
+                        "reported_by": c.reported_by,
+                    }
+                    for c in changes.get(f.pk, [])
+                ],
+                "map": _map_summary(f),
+                "last_seen": f.last_seen,
+            }
+        )
+    for name, init in sorted(unmanaged.items()):
+        if name and name not in {n for f in out for n in f["names"]}:
+            warnings.append(
+                {
+                    "kind": "no_subnet_manager",
+                    "name": name,
+                    "message": f"{name}: {len(init)} port(s) up with no subnet manager (INIT)",
+                }
+            )
+    return {"fabrics": out, "warnings": warnings}
+
+
+def _map_summary(fabric: PhysicalFabric) -> dict[str, Any] | None:
+    m = getattr(fabric, "map", None)
+    if m is None:
+        return None
+    summary = (m.analysis or {}).get("summary")
+    return {
+        "taken_at": m.taken_at,
+        "source_node": m.source_node,
+        "summary": summary,
+        "error": m.error or None,
+        "error_line": m.error_line,
+    }

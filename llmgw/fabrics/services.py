@@ -1,0 +1,191 @@
+"""Deriving physical fabrics from what ports and subnet managers report.
+
+Called from the heartbeat only when a node's ports or managers changed
+(their digest), inside that heartbeat's durable transaction; counters ride
+on the node row and never come here. Rebuilt idempotently from the report:
+no signals.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from llmgw_agent.fabric_identity import fabric_identity, normalize_guid
+
+from llmgw.fabrics.choices import FabricKind
+from llmgw.fabrics.models import MasterChange, PhysicalFabric, Port, SubnetManager
+from llmgw.inventory.models import Node
+
+GONE = "GONE"
+IDENTITY_FIELDS = (
+    "device",
+    "port",
+    "link_layer",
+    "state",
+    "phys_state",
+    "rate_gbps",
+    "fabric",
+    "roce_network",
+)
+
+
+def port_key(data: dict[str, Any]) -> dict[str, Any]:
+    """What of a heartbeat's ports and managers can change a fabric: not the
+    counters, which change every heartbeat and are kept on the node row."""
+    ports = [
+        {**{k: p.get(k) for k in IDENTITY_FIELDS}, "sm": (p.get("sm") or {}).get("guid")}
+        for p in data.get("ports") or []
+    ]
+    managers = [
+        {
+            "port": e.get("port"),
+            "master": e.get("master"),
+            "managers": sorted(
+                (m.get("guid"), m.get("state"), m.get("priority")) for m in e.get("managers") or []
+            ),
+        }
+        for e in data.get("subnet_managers") or []
+    ]
+    return {"ports": ports, "managers": managers}
+
+
+def is_active(port: dict[str, Any]) -> bool:
+    return str(port.get("state") or "").startswith("ACTIVE") and port.get("phys_state") == "LinkUp"
+
+
+def _guid(text: Any) -> str:
+    try:
+        return normalize_guid(str(text)) if text else ""
+    except ValueError:
+        return ""
+
+
+class Observer:
+    """One heartbeat's ports and managers, applied to the stored fabrics."""
+
+    def __init__(self, node: Node, now: datetime) -> None:
+        self.node, self.now = node, now
+        self.known = dict(SubnetManager.objects.values_list("guid", "fabric__identity"))
+        self.fabrics: dict[str, PhysicalFabric] = {}
+
+    def fabric(self, identity: str, kind: str) -> PhysicalFabric:
+        if identity not in self.fabrics:
+            fabric, _ = PhysicalFabric.objects.get_or_create(
+                identity=identity, defaults={"kind": kind, "last_seen": self.now}
+            )
+            self.fabrics[identity] = fabric
+        return self.fabrics[identity]
+
+    def listing(self, entry: dict[str, Any]) -> None:
+        managers = [m for m in entry.get("managers") or [] if _guid(m.get("guid"))]
+        if not managers:
+            return
+        identity = fabric_identity(managers, self.known)
+        fabric = self.fabric(identity, FabricKind.INFINIBAND)
+        for m in managers:
+            guid = _guid(m["guid"])
+            self.known[guid] = identity
+            SubnetManager.objects.update_or_create(
+                guid=guid,
+                defaults={
+                    "fabric": fabric,
+                    "lid": m.get("lid"),
+                    "priority": m.get("priority"),
+                    "state": m.get("state") or "",
+                    "last_seen": self.now,
+                },
+            )
+        # Kept (a manager's GUID carries the fabric's name through a
+        # failover) but marked: a manager the listing no longer names is not
+        # a standby anyone can fail over to.
+        listed = [_guid(m["guid"]) for m in managers]
+        SubnetManager.objects.filter(fabric=fabric).exclude(guid__in=listed).update(state=GONE)
+        master = _guid(entry.get("master")) or next(
+            (_guid(m["guid"]) for m in managers if m.get("state") == "MASTER"), ""
+        )
+        priority = next((m.get("priority") for m in managers if _guid(m["guid"]) == master), None)
+        self.master(fabric, master, priority)
+
+    def master(self, fabric: PhysicalFabric, guid: str, priority: int | None) -> None:
+        if not guid or guid == fabric.master_guid:
+            return
+        if fabric.master_guid:
+            MasterChange.objects.create(
+                fabric=fabric,
+                at=self.now,
+                previous_guid=fabric.master_guid,
+                master_guid=guid,
+                reported_by=self.node.name,
+            )
+        fabric.master_guid, fabric.master_priority = guid, priority
+        fabric.save(update_fields=["master_guid", "master_priority"])
+
+    def port_fabric(self, p: dict[str, Any]) -> PhysicalFabric | None:
+        if not is_active(p):
+            return None
+        if p.get("link_layer") == "Ethernet":
+            network = p.get("roce_network")
+            return self.fabric(f"roce:{network}", FabricKind.ROCE) if network else None
+        sm = p.get("sm") or {}
+        guid = _guid(sm.get("guid"))
+        if not guid:
+            return None  # up, but cannot say which fabric: kept apart
+        identity = self.known.get(guid) or fabric_identity([guid], self.known)
+        fabric = self.fabric(identity, FabricKind.INFINIBAND)
+        if guid not in self.known:
+            self.known[guid] = identity
+            SubnetManager.objects.update_or_create(
+                guid=guid,
+                defaults={
+                    "fabric": fabric,
+                    "lid": sm.get("lid"),
+                    "priority": sm.get("priority"),
+                    "state": sm.get("state") or "MASTER",
+                    "last_seen": self.now,
+                },
+            )
+        self.master(fabric, guid, sm.get("priority"))
+        return fabric
+
+
+def observe(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """Store a node's ports and managers; returns node fields to update."""
+    observer = Observer(node, now)
+    for entry in data.get("subnet_managers") or []:
+        observer.listing(entry)
+    seen = []
+    for p in data.get("ports") or []:
+        fabric = observer.port_fabric(p)
+        row, _ = Port.objects.update_or_create(
+            node=node,
+            device=p["device"],
+            port=p["port"],
+            defaults={
+                "link_layer": p.get("link_layer") or "",
+                "state": p.get("state") or "",
+                "phys_state": p.get("phys_state") or "",
+                "rate_gbps": p.get("rate_gbps"),
+                "rate_text": p.get("rate_text") or "",
+                "node_guid": p.get("node_guid") or "",
+                "port_guid": p.get("port_guid") or "",
+                "declared_fabric": p.get("fabric") or "",
+                "sm_guid": _guid((p.get("sm") or {}).get("guid")),
+                "roce_network": p.get("roce_network") or "",
+                "physical_fabric": fabric,
+                "updated_at": now,
+            },
+        )
+        seen.append(row.pk)
+    Port.objects.filter(node=node).exclude(pk__in=seen).delete()
+    for fabric in observer.fabrics.values():
+        PhysicalFabric.objects.filter(pk=fabric.pk).update(last_seen=now)
+    if "fabrics_active" in data:
+        active = sorted(set(data["fabrics_active"]))
+    else:
+        # The change flag can be lost with an undelivered heartbeat; the
+        # ports themselves say the same thing every time.
+        active = sorted(
+            {p["fabric"] for p in data.get("ports") or [] if p.get("fabric") and is_active(p)}
+        )
+    return {"active_fabrics": active}
