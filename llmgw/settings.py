@@ -136,6 +136,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": 5.0,
     },
     "expire-agent-commands": {"task": "llmgw.inventory.tasks.expire_commands", "schedule": 10.0},
+    "reconcile-held-models": {"task": "llmgw.serving.tasks.reconcile", "schedule": 10.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -185,6 +186,9 @@ AGENT_MAX_PAYLOAD_BYTES = env.integer("LLMGW_AGENT_MAX_PAYLOAD_BYTES", 1024 * 10
 MISSED_HEARTBEATS_NOT_READY = env.integer("LLMGW_MISSED_HEARTBEATS", 3, minimum=1)
 # A measurement older than this is left out of /metrics rather than repeated.
 MEASUREMENT_MAX_AGE_S = env.integer("LLMGW_MEASUREMENT_MAX_AGE_S", 60, minimum=1)
+# The node page's charts read an hour of PromQL through the control plane;
+# None: the charts say Prometheus is not configured instead of drawing nothing.
+PROMETHEUS_URL = env.url("LLMGW_PROMETHEUS_URL", ("http", "https"))
 JOIN_TOKEN_TTL_S = env.integer("LLMGW_JOIN_TOKEN_TTL_S", 24 * 3600, minimum=60)
 
 LOGGING = {

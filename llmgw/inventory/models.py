@@ -94,6 +94,14 @@ class Node(models.Model):
     # heartbeat said (then the registration's declared fabrics are used).
     active_fabrics = models.JSONField(null=True, blank=True)
     notices = models.JSONField(default=list, blank=True)
+    # What this node should run: rebuilt by llmgw.serving.desired when its
+    # shards or the wanted engines change, and sent back with every heartbeat
+    # answer from the same UPDATE ... RETURNING (no extra query).
+    desired = models.JSONField(default=dict, blank=True)
+    # Shard reports: the latest as sent (cores and memory change every
+    # heartbeat), and a digest of their states for the durable path.
+    shard_samples = models.JSONField(null=True, blank=True)
+    shards_digest = models.CharField(max_length=64, blank=True, default="")
     filesystems_digest = models.CharField(max_length=64, blank=True, default="")
     weights_digest = models.CharField(max_length=64, blank=True, default="")
 

@@ -13,10 +13,12 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from llmgw.console import events as console_events
 from llmgw.fabrics import services as fabric_services
 from llmgw.inventory import credentials, gpus
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import AuditEvent, Filesystem, ModelHolding, Node
+from llmgw.serving import reports as shard_reports
 
 log = logging.getLogger("llmgw.inventory")
 
@@ -188,6 +190,8 @@ def _heartbeat(
             fields[column] = data[key]
     if "ports" in data:
         fields["port_samples"], fields["ports_at"] = data["ports"], now
+    if "shards" in data:
+        fields["shard_samples"] = data["shards"]
     for key in ("engines", "engines_probed", "warnings", "notices"):
         if key in data:
             fields[key] = data[key]
@@ -208,6 +212,8 @@ def _heartbeat(
         gpu_health,
         ports_digest,
         managers_digest,
+        shards_digest,
+        desired,
     ) = row
 
     digests: dict[str, str] = {}
@@ -223,6 +229,11 @@ def _heartbeat(
             digests["ports_digest"] = digest
         if key["managers"] and (digest := _digest(key["managers"])) != managers_digest:
             digests["managers_digest"] = digest
+    if (
+        "shards" in data
+        and (digest := _digest(shard_reports.state_key(data["shards"]))) != shards_digest
+    ):
+        digests["shards_digest"] = digest
     health = gpus.health_key(data)
     if health is not None and (digest := _digest(health)) != gpu_health:
         digests["gpu_health_digest"] = digest
@@ -230,7 +241,13 @@ def _heartbeat(
         _store_changes(pk, data, digests, now)
         if state != NodeState.READY:
             log.info("node %s is Ready", name)
-    return {"node": name, "state": NodeState.READY, "register": registered_at is None}
+    return {
+        "node": name,
+        "state": NodeState.READY,
+        "register": registered_at is None,
+        # JSON comes back as text from a raw cursor on some backends.
+        "desired": json.loads(desired) if isinstance(desired, str) else (desired or {}),
+    }
 
 
 _RETURNING = (
@@ -244,6 +261,8 @@ _RETURNING = (
     "gpu_health_digest",
     "ports_digest",
     "managers_digest",
+    "shards_digest",
+    "desired",
 )
 
 
@@ -316,10 +335,24 @@ def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: 
     if any(getattr(node, k) != v for k, v in port_digests.items()):
         changes.update(fabric_services.observe(node, data, now))
         changes.update(port_digests)
+    if "shards_digest" in digests and digests["shards_digest"] != node.shards_digest:
+        replicas = shard_reports.store(node, data["shards"], now)
+        changes["shards_digest"] = digests["shards_digest"]
+        if replicas:
+            transaction.on_commit(lambda: reconcile_soon(replicas))
     if node.state != NodeState.READY and not node.revoked_at:
         changes["state"] = NodeState.READY
     if changes:
         Node.objects.filter(pk=pk).update(**changes)
+    console_events.node_changed(node.name, changes)
+
+
+def reconcile_soon(replicas: set[int]) -> None:
+    """A shard changed state: let the reconciler look now rather than at its
+    next tick (a failed replica is replaced, a ready one may free the queue)."""
+    from llmgw.serving.tasks import reconcile
+
+    reconcile.delay()
 
 
 def _replace_filesystems(node: Node, filesystems: list[dict[str, Any]], now: datetime) -> None:

@@ -19,6 +19,7 @@ from llmgw.inventory.models import Node
 from llmgw.placement import scheduler
 from llmgw.placement.snapshot import node_views, profile_view
 from llmgw.placement.types import Decision, Placement
+from llmgw.serving import desired
 from llmgw.serving.models import GpuClaim, PlacementRecord, Replica, Shard
 
 _LOCK_KEY = 0x6C6C6D67  # "llmg"
@@ -149,13 +150,18 @@ def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
             GpuClaim.objects.bulk_create(
                 GpuClaim(shard=shard, node=nodes[s.node], index=i) for i in s.gpu_indices
             )
+        desired.rebuild(n.pk for n in nodes.values())
         return replica, placement
 
 
 @transaction.atomic
 def release_replica(replica_id: int) -> None:
-    """Release a replica whole: its shards and every claim they hold."""
+    """Release a replica whole: its shards and every claim they hold, and
+    tell its nodes (their desired state drops the shards, so agents stop
+    them)."""
+    nodes = list(Shard.objects.filter(replica_id=replica_id).values_list("node_id", flat=True))
     Replica.objects.filter(pk=replica_id).delete()
+    desired.rebuild(nodes)
 
 
 def headroom(model_name: str) -> dict[str, int]:

@@ -43,9 +43,23 @@ class Shard(models.Model):
     rank = models.PositiveSmallIntegerField(default=0)
     gpu_indices = models.JSONField(default=list, blank=True)
     adapters = models.JSONField(default=list, blank=True)
+    # As the node's agent last reported it (docs/agent-protocol.md, Shards).
+    state = models.CharField(
+        max_length=16, choices=ReplicaState.choices, default=ReplicaState.PENDING
+    )
+    url = models.CharField(max_length=512, blank=True, default="")
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    restarts = models.PositiveIntegerField(default=0)
+    message = models.TextField(blank=True, default="")
+    generation = models.PositiveIntegerField(default=1)
+    reported_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["replica", "rank"]
+
+    @property
+    def shard_id(self) -> str:
+        return f"r{self.replica_id}-{self.rank}"
 
     def __str__(self) -> str:
         return f"{self.replica}/{self.rank}@{self.node.name}"
@@ -58,6 +72,20 @@ class GpuClaim(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["node", "index"], name="one_claim_per_gpu")]
+
+
+class HeldState(models.Model):
+    """The reconciler's memory of a model's load, for under_load's
+    hysteresis: scale up once loaded for a while, back once idle for longer."""
+
+    model = models.OneToOneField(
+        "catalog.Model", on_delete=models.CASCADE, related_name="held_state"
+    )
+    loaded_since = models.DateTimeField(null=True, blank=True)
+    idle_since = models.DateTimeField(null=True, blank=True)
+    target = models.PositiveIntegerField(default=0)
+    queue_depth = models.FloatField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
 
 
 class PlacementRecord(models.Model):

@@ -30,20 +30,80 @@ class ProfileSerializer(serializers.ModelSerializer):
         ]
 
 
+GB = 10**9
+
+
+def measured(shard: Any) -> dict[str, Any]:
+    """The shard's cores and memory as its node last measured them (the
+    process group's), or {} when not measured."""
+    for sample in shard.node.shard_samples or []:
+        if sample.get("id") == shard.shard_id:
+            return {k: sample.get(k) for k in ("cpu_cores", "memory_bytes")}
+    return {}
+
+
 class ReplicaSerializer(serializers.ModelSerializer):
     profile = serializers.CharField(source="profile.name")
     nodes = serializers.SerializerMethodField()
     age_s = serializers.SerializerMethodField()
+    warnings = serializers.SerializerMethodField()
 
     class Meta:
         model = Replica
-        fields = ["id", "profile", "state", "fabric", "nodes", "created_at", "age_s", "env"]
+        fields = [
+            "id",
+            "profile",
+            "state",
+            "fabric",
+            "nodes",
+            "created_at",
+            "age_s",
+            "env",
+            "warnings",
+        ]
 
     def get_nodes(self, replica: Replica) -> list[dict[str, Any]]:
-        return [
-            {"node": s.node.name, "rank": s.rank, "gpus": s.gpu_indices, "adapters": s.adapters}
-            for s in replica.shards.all()
-        ]
+        profile = replica.profile
+        out = []
+        for s in replica.shards.all():
+            m = measured(s)
+            out.append(
+                {
+                    "node": s.node.name,
+                    "rank": s.rank,
+                    "state": s.state,
+                    "url": s.url or None,
+                    "gpus": s.gpu_indices,
+                    "adapters": s.adapters,
+                    "restarts": s.restarts,
+                    "message": s.message or None,
+                    "cpu_cores": m.get("cpu_cores"),
+                    "memory_bytes": m.get("memory_bytes"),
+                    "reserved_cores": profile.cpu_cores or None,
+                    "reserved_memory_bytes": int(profile.memory_gb * GB)
+                    if profile.memory_gb
+                    else None,
+                }
+            )
+        return out
+
+    def get_warnings(self, replica: Replica) -> list[str]:
+        """Declared against measured: a model that outgrew what it reserved is
+        what fills a node that placement thinks has room."""
+        out = []
+        for node in self.get_nodes(replica):
+            reserved, used = node["reserved_memory_bytes"], node["memory_bytes"]
+            if reserved is not None and used is not None and used > reserved:
+                out.append(
+                    f"{node['node']}: uses {used / GB:.1f} GB of memory, reserved {reserved / GB:.1f} GB; "
+                    "raise it with llmgw ctl model resources"
+                )
+            elif reserved is None and used is not None:
+                out.append(f"{node['node']}: uses {used / GB:.1f} GB of memory and reserves none")
+            cores, busy = node["reserved_cores"], node["cpu_cores"]
+            if cores is not None and busy is not None and busy > cores * 1.1:
+                out.append(f"{node['node']}: busy on {busy:.1f} cores, reserved {cores}")
+        return out
 
     def get_age_s(self, replica: Replica) -> float:
         return round((timezone.now() - replica.created_at).total_seconds(), 1)

@@ -103,6 +103,7 @@ class Heartbeat(TypedDict):
     engines: NotRequired[Annotated[list[t.Engine], msgspec.Meta(max_length=64)]]
     engines_probed: NotRequired[bool]
     ports: NotRequired[Annotated[list[t.PortSample], msgspec.Meta(max_length=256)]]
+    shards: NotRequired[Annotated[list[t.ShardReport], msgspec.Meta(max_length=256)]]
     fabrics_changed: NotRequired[bool]
     fabrics_active: NotRequired[Annotated[list[_text(64)], msgspec.Meta(max_length=64)]]  # type: ignore[valid-type]
     subnet_managers: NotRequired[Annotated[list[t.ManagerListing], msgspec.Meta(max_length=256)]]
@@ -110,7 +111,7 @@ class Heartbeat(TypedDict):
     warnings: NotRequired[Annotated[list[_text(2000)], msgspec.Meta(max_length=32)]]  # type: ignore[valid-type]
 
 
-_STRUCTS = ("gpus", "sensors", "imex", "engines", "ports", "subnet_managers")
+_STRUCTS = ("gpus", "sensors", "imex", "engines", "ports", "subnet_managers", "shards")
 
 
 _decoder = msgspec.json.Decoder(Heartbeat)

@@ -148,6 +148,7 @@ class HeartbeatSerializer(Envelope):
     xids_unattributed = t.MsgspecField(t.XidCounters, required=False)
     engines = t.listing(t.Engine, 64)
     ports = t.listing(t.PortSample, 256)
+    shards = t.listing(t.ShardReport, 256)
     fabrics_changed = serializers.BooleanField(required=False)
     fabrics_active = serializers.ListField(
         child=serializers.CharField(max_length=64), max_length=64, required=False

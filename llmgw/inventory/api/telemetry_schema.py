@@ -133,6 +133,20 @@ class Engine(msgspec.Struct, omit_defaults=True):
 XidCounters = dict[Short, dict[Short, Count]]
 
 
+class ShardReport(msgspec.Struct, omit_defaults=True):
+    id: Short
+    state: Literal["pending", "starting", "loading", "ready", "failed", "stopping"]
+    replica: Count | None = None
+    url: Annotated[str, msgspec.Meta(max_length=512)] | None = None
+    pid: Count | None = None
+    restarts: Count | None = None
+    generation: Count | None = None
+    message: Long | None = None
+    cpu_cores: Annotated[float, msgspec.Meta(ge=0, le=100_000)] | None = None
+    memory_bytes: Bytes | None = None
+    since: Short | None = None
+
+
 class SubnetManager(msgspec.Struct, omit_defaults=True):
     guid: Short
     lid: Count | None = None

@@ -1,0 +1,106 @@
+"""Keeps each held model at its replica counts.
+
+always_running replicas, always; up to under_load while the model's queue
+says it is loaded, added one at a time after it has stayed loaded for
+SCALE_UP_AFTER, and taken back one at a time after it has been idle for
+SCALE_DOWN_AFTER (the hysteresis: a burst does not start and stop engines
+that take minutes to load). A failed replica is released whole and
+replaced. Placement decides where; a replica placement cannot place is
+recorded with its reasons (explain shows them) and tried again next tick.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from llmgw.catalog.models import Model
+from llmgw.placement import services as placement
+from llmgw.serving.choices import ReplicaState
+from llmgw.serving.models import HeldState, Replica
+
+log = logging.getLogger("llmgw.reconciler")
+
+SCALE_UP_AFTER = timedelta(seconds=30)
+SCALE_DOWN_AFTER = timedelta(minutes=5)
+# Requests waiting per live replica above which a model counts as loaded.
+LOADED_DEPTH = 1.0
+
+
+def queue_depth(model: str) -> float | None:
+    """Requests waiting for the model, as the gateway last measured them."""
+    try:
+        from llmgw.serving.gateway.load import queue_depth as measured
+    except ImportError:  # a control plane without the gateway has no load signal
+        return None
+    return measured(model)
+
+
+def target(model: Model, live: int, now: datetime) -> int:
+    base = model.always_running
+    if model.under_load <= base:
+        return base
+    state, _ = HeldState.objects.get_or_create(model=model, defaults={"target": base})
+    depth = queue_depth(model.name)
+    loaded = depth is not None and depth >= LOADED_DEPTH * max(live, 1)
+    if loaded:
+        state.idle_since = None
+        state.loaded_since = state.loaded_since or now
+        if now - state.loaded_since >= SCALE_UP_AFTER:
+            state.target = min(model.under_load, max(state.target, live) + 1)
+            state.loaded_since = now
+    else:
+        state.loaded_since = None
+        state.idle_since = state.idle_since or now
+        if now - state.idle_since >= SCALE_DOWN_AFTER and state.target > base:
+            state.target -= 1
+            state.idle_since = now
+    state.target = max(base, min(state.target, model.under_load))
+    state.queue_depth = depth
+    state.save()
+    return state.target
+
+
+def reconcile_model(model: Model, now: datetime | None = None) -> dict[str, Any]:
+    now = now or timezone.now()
+    done: dict[str, Any] = {"released": [], "placed": [], "refused": None}
+    replicas = list(Replica.objects.filter(model=model).prefetch_related("shards__node"))
+    for replica in replicas:
+        if replica.state == ReplicaState.FAILED:
+            why = "; ".join(
+                f"{s.node.name}: {s.message}" for s in replica.shards.all() if s.message
+            )
+            log.warning(
+                "%s replica %s failed (%s): released whole, replacing", model.name, replica.pk, why
+            )
+            placement.release_replica(replica.pk)
+            done["released"].append(replica.pk)
+    live = [r for r in replicas if r.state != ReplicaState.FAILED]
+    wanted = target(model, len(live), now)
+    while len(live) + len(done["placed"]) < wanted:
+        replica, result = placement.place_replica(model.name)
+        if replica is None:
+            done["refused"] = result.explanation.render()
+            break
+        done["placed"].append(replica.pk)
+    extra = len(live) - wanted
+    if extra > 0:
+        # Take back what serves least: not ready first, then the newest.
+        order = sorted(
+            live, key=lambda r: (r.state == ReplicaState.READY, r.created_at), reverse=False
+        )
+        for replica in order[:extra]:
+            placement.release_replica(replica.pk)
+            done["released"].append(replica.pk)
+    return done
+
+
+def reconcile_all() -> dict[str, Any]:
+    results = {}
+    held = Model.objects.filter(always_running__gt=0) | Model.objects.filter(replicas__isnull=False)
+    for model in held.distinct().prefetch_related("profiles"):
+        results[model.name] = reconcile_model(model)
+    return results
