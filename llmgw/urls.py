@@ -4,12 +4,16 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import obtain_auth_token
 
+from llmgw.console.urls import admin_urlpatterns as console_admin
 from llmgw.inventory.api.urls import agent_urlpatterns
 from llmgw.metrics.views import metrics
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Console drawings live under /admin/; listed first, or Django admin's
+    # catch-all would answer them with its own 404.
+    path("admin/", include(console_admin)),
     path("admin/", admin.site.urls),
     path("api/agent/v1/", include(agent_urlpatterns)),
     path("api/v1/", include("llmgw.api_urls")),

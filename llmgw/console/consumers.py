@@ -1,0 +1,28 @@
+"""/ws/console: pushes "fabric changed", "node changed" and "nvlink changed"
+to logged-in pages. An event names what changed, never carries the data:
+the page refetches through the same API it polls, so it never shows
+something the API would not, and no event can leak what a page may not see."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from llmgw.console.events import GROUP
+
+
+class ConsoleConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        await self.channel_layer.group_add(GROUP, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        await self.channel_layer.group_discard(GROUP, self.channel_name)
+
+    async def console_event(self, event: dict[str, Any]) -> None:
+        await self.send_json({k: v for k, v in event.items() if k != "type"})

@@ -1,0 +1,108 @@
+// Held models: a model's card (replicas, headroom, the counts form, the
+// placement explanation). A refused count shows the API's reason and its
+// explanation; nothing is assumed to have changed until the API says so.
+(function () {
+  "use strict";
+  const { el, fmt } = LG;
+  const card = document.getElementById("card");
+  let current = null;
+
+  function explanation(ex) {
+    if (!ex) return el("p", { class: "dim" }, "No explanation.");
+    const head = ex.placed === false || ex.decision === null
+      ? el("p", { class: "bad" }, "Cannot be placed now.")
+      : el("p", { class: "ok" }, ex.route || "Placeable.");
+    const attempts = (ex.attempts || []).map((a) => el("div", { class: "attempt" }, [
+      el("h4", {}, [`profile ${a.profile}`, el("small", {}, ` priority ${fmt.dash(a.priority)}${a.placed ? " · placed" : ""}`)]),
+      el("ul", {}, (a.reasons || []).map((r) => el("li", {}, [
+        el("b", {}, `${r.summary || r.code} (${r.count})`),
+        el("ul", { class: "nodes" }, r.nodes.slice(0, 12).map((n) => el("li", {}, n.message))),
+        r.nodes.length > 12 ? el("small", { class: "dim" }, `and ${r.nodes.length - 12} more`) : "",
+      ]))),
+    ]));
+    const when = ex.dry_run ? "dry run now (no attempt recorded yet)" : ex.recorded_at ? `last attempt ${new Date(ex.recorded_at).toLocaleString()}` : "";
+    return el("div", { class: "explanation" }, [head, el("small", { class: "dim" }, when), ...attempts]);
+  }
+
+  function replicas(m) {
+    const profiles = Object.fromEntries((m.profiles || []).map((p) => [p.name, p]));
+    const list = m.replicas || [];
+    if (!list.length) return el("p", { class: "dim" }, "No replica.");
+    const rows = list.flatMap((r) => (r.nodes.length ? r.nodes : [{ node: null }]).map((n) => {
+      const p = profiles[r.profile] || {};
+      return el("tr", { "data-replica": r.id }, [
+        el("td", {}, `#${r.id} ${r.profile}`),
+        el("td", {}, n.node ? el("a", { href: `/nodes/${encodeURIComponent(n.node)}` }, n.node) : LG.DASH),
+        el("td", { class: `state ${r.state}` }, fmt.dash(r.state)),
+        el("td", {}, fmt.age(r.age_s)),
+        el("td", {}, LG.known(p.cpu_cores) ? `${p.cpu_cores} cores` : LG.DASH),
+        el("td", {}, LG.known(p.memory_gb) ? `${p.memory_gb} GB` : LG.DASH),
+        el("td", {}, n.gpus && n.gpus.length ? n.gpus.join(", ") : LG.DASH),
+      ]);
+    }));
+    return el("table", { class: "grid" }, [
+      el("thead", {}, el("tr", {}, ["Replica", "Node", "State", "Age", "CPU", "Memory", "GPUs"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows),
+    ]);
+  }
+
+  function headroom(m) {
+    const room = m.headroom || {};
+    const items = Object.entries(room);
+    if (!items.length) return el("p", { class: "dim" }, "-");
+    return el("ul", { class: "headroom" }, items.map(([p, n]) =>
+      el("li", { "data-profile": p }, [el("b", { class: n ? "ok" : "bad" }, String(n)), ` more with profile ${p}`])));
+  }
+
+  function form(m) {
+    const f = el("form", { class: "counts" }, [
+      el("label", {}, ["Always running ", el("input", { name: "always_running", type: "number", min: 0, value: m.always_running })]),
+      el("label", {}, ["Under load ", el("input", { name: "under_load", type: "number", min: 0, value: m.under_load })]),
+      el("button", { type: "submit" }, "Save"),
+      el("div", { class: "result", role: "status" }),
+    ]);
+    f.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const out = f.querySelector(".result");
+      const body = { always_running: Number(f.always_running.value), under_load: Number(f.under_load.value) };
+      out.replaceChildren("saving…");
+      const r = await LG.request("PATCH", `/api/v1/models/${encodeURIComponent(m.name)}`, body);
+      if (r.ok) { out.replaceChildren(el("span", { class: "ok" }, "saved")); await open(m.name, true); return; }
+      const d = r.data || {};
+      const detail = d.detail || Object.entries(d).map(([k, v]) => `${k}: ${v}`).join("; ") || `HTTP ${r.status}`;
+      out.replaceChildren(el("div", { class: "refusal" }, [el("b", {}, "Refused: "), detail]),
+        d.explanation && Object.keys(d.explanation).length ? explanation(d.explanation) : "");
+    });
+    return f;
+  }
+
+  async function open(name, keepResult) {
+    current = name;
+    const [m, ex] = await Promise.all([
+      LG.getJSON(`/api/v1/models/${encodeURIComponent(name)}`),
+      LG.getJSON(`/api/v1/models/${encodeURIComponent(name)}/explain`),
+    ]);
+    if (current !== name) return;
+    const old = keepResult ? card.querySelector(".result") : null;
+    card.hidden = false;
+    card.dataset.model = name;
+    card.replaceChildren(
+      el("h2", {}, [m.name, el("small", { class: "dim" }, ` ${m.source || ""}`)]),
+      el("h3", {}, "Replicas"), replicas(m),
+      el("h3", {}, "Room for more"), headroom(m),
+      el("h3", {}, "Counts"), form(m),
+      el("h3", {}, "Placement"), explanation(ex),
+    );
+    if (old) card.querySelector(".result").replaceWith(old);
+    const row = document.querySelector(`tr[data-model="${CSS.escape(name)}"]`);
+    if (row) {
+      row.querySelector(".always").textContent = m.always_running;
+      row.querySelector(".load").textContent = m.under_load;
+      row.querySelector(".replicas").textContent = (m.replicas || []).length;
+    }
+  }
+
+  const fromHash = () => { const n = decodeURIComponent(location.hash.slice(1)); if (n) open(n).catch((e) => console.warn(e.message)); };
+  window.addEventListener("hashchange", fromHash);
+  fromHash();
+})();
