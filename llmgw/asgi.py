@@ -8,7 +8,16 @@ django_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+
+from llmgw.console.consumers import ConsoleConsumer  # noqa: E402
 from llmgw.inventory.consumers import AgentStreamConsumer  # noqa: E402
 
-websockets = URLRouter([path("api/agent/v1/stream", AgentStreamConsumer.as_asgi())])
+websockets = URLRouter(
+    [
+        path("api/agent/v1/stream", AgentStreamConsumer.as_asgi()),
+        # Session auth for the console's pages; the agent stream uses its own credential.
+        path("ws/console", AuthMiddlewareStack(ConsoleConsumer.as_asgi())),
+    ]
+)
 application = ProtocolTypeRouter({"http": django_app, "websocket": websockets})

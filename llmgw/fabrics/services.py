@@ -13,6 +13,7 @@ from typing import Any
 
 from llmgw_agent.fabric_identity import fabric_identity, normalize_guid
 
+from llmgw.console import events as console_events
 from llmgw.fabrics.choices import FabricKind
 from llmgw.fabrics.models import MasterChange, PhysicalFabric, Port, SubnetManager
 from llmgw.inventory.models import Node
@@ -180,6 +181,7 @@ def observe(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
     Port.objects.filter(node=node).exclude(pk__in=seen).delete()
     for fabric in observer.fabrics.values():
         PhysicalFabric.objects.filter(pk=fabric.pk).update(last_seen=now)
+    console_events.fabric_changed(node=node.name)
     if "fabrics_active" in data:
         active = sorted(set(data["fabrics_active"]))
     else:
