@@ -137,6 +137,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     },
     "expire-agent-commands": {"task": "llmgw.inventory.tasks.expire_commands", "schedule": 10.0},
     "reconcile-held-models": {"task": "llmgw.serving.tasks.reconcile", "schedule": 10.0},
+    "sweep-fabric-maps": {"task": "llmgw.fabrics.tasks.sweep_fabric_maps", "schedule": 300.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [

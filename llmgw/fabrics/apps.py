@@ -5,3 +5,9 @@ class FabricsConfig(AppConfig):
     name = "llmgw.fabrics"
     label = "fabrics"
     verbose_name = "Fabrics"
+
+    def ready(self) -> None:
+        from llmgw.fabrics import sweep
+        from llmgw.inventory import commands
+
+        commands.on_finish(sweep.KIND, sweep.store_result)

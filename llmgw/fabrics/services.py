@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
 from llmgw_agent.fabric_identity import fabric_identity, normalize_guid
 
 from llmgw.console import events as console_events
@@ -72,9 +73,13 @@ class Observer:
 
     def fabric(self, identity: str, kind: str) -> PhysicalFabric:
         if identity not in self.fabrics:
-            fabric, _ = PhysicalFabric.objects.get_or_create(
+            fabric, created = PhysicalFabric.objects.get_or_create(
                 identity=identity, defaults={"kind": kind, "last_seen": self.now}
             )
+            if created and kind == FabricKind.INFINIBAND:
+                from llmgw.fabrics.sweep import sweep_soon
+
+                transaction.on_commit(lambda pk=fabric.pk: sweep_soon(pk))
             self.fabrics[identity] = fabric
         return self.fabrics[identity]
 

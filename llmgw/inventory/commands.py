@@ -10,6 +10,7 @@ embedded default), and at once when one does.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -22,6 +23,23 @@ from llmgw.inventory.models import AgentCommand, CommandState, Node
 
 log = logging.getLogger("llmgw.commands")
 MAX_OUTPUT = 64 * 1024 * 1024
+
+# Command kind -> what to do with a finished command (done, failed or
+# expired). Registered by the app that sends the kind, in its ready().
+_ON_FINISH: dict[str, list[Callable[[AgentCommand], None]]] = {}
+
+
+def on_finish(kind: str, handler: Callable[[AgentCommand], None]) -> None:
+    if handler not in _ON_FINISH.setdefault(kind, []):
+        _ON_FINISH[kind].append(handler)
+
+
+def _finished(command: AgentCommand) -> None:
+    for handler in _ON_FINISH.get(command.kind, ()):
+        try:
+            handler(command)
+        except Exception:  # the result is stored; one handler's bug must not lose it
+            log.exception("handling the result of %s failed", command)
 
 
 def group(node_id: int) -> str:
@@ -87,7 +105,9 @@ def finish(node_id: int, result: dict[str, Any]) -> AgentCommand | None:
     if not updated:
         log.warning("node %s answered command %s, which is not its own or not waiting", node_id, pk)
         return None
-    return AgentCommand.objects.get(pk=pk)
+    command = AgentCommand.objects.select_related("node").get(pk=pk)
+    _finished(command)
+    return command
 
 
 def expire(now=None) -> int:  # type: ignore[no-untyped-def]
@@ -96,9 +116,13 @@ def expire(now=None) -> int:  # type: ignore[no-untyped-def]
     expired = 0
     for command in AgentCommand.objects.filter(state__in=[CommandState.PENDING, CommandState.SENT]):
         if command.created_at + timedelta(seconds=command.timeout_s) < now:
-            expired += AgentCommand.objects.filter(pk=command.pk, state=command.state).update(
+            won = AgentCommand.objects.filter(pk=command.pk, state=command.state).update(
                 state=CommandState.FAILED,
                 finished_at=now,
                 error=f"no answer within {command.timeout_s} s ({command.state} to the agent)",
             )
+            if won:
+                expired += 1
+                command.refresh_from_db()
+                _finished(command)
     return expired

@@ -1,0 +1,169 @@
+"""The fabric map: every five minutes one healthy node on each InfiniBand
+fabric runs ibnetdiscover, and the control plane parses what it printed.
+
+The command goes down the agent's own stream (llmgw.inventory.commands):
+nothing connects into a node, and a command reaches its agent within the
+stream's poll interval. The text is parsed here, not on the node, so a
+format the parser has not met is a control-plane upgrade, not one on every
+node. A dump that fails to parse, or a command that fails, keeps the
+previous map; the error (and the line it was on) is recorded beside it.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from llmgw.fabrics import ibnetdiscover, topology
+from llmgw.fabrics.choices import FabricKind
+from llmgw.fabrics.models import FabricMap, PhysicalFabric, Port
+from llmgw.inventory import commands
+from llmgw.inventory import services as inventory
+from llmgw.inventory.models import AgentCommand, CommandState
+
+log = logging.getLogger("llmgw.fabrics.sweep")
+
+KIND = "ibnetdiscover"
+FEATURE = f"command:{KIND}"
+# A discovery of a few thousand adapters takes seconds; one that has not
+# answered in two minutes is not going to.
+TIMEOUT_S = 120
+ACTOR = "fabric-sweep"
+
+
+def _fabric_of(command: AgentCommand) -> int | None:
+    try:
+        return int((command.args or {}).get("fabric_id"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _candidates(fabric: PhysicalFabric, ports: list[Port], now: datetime) -> list[Port]:
+    """Ports that can discover the fabric: ACTIVE, on a Ready, uncordoned node
+    whose agent answers ibnetdiscover. One per node, its first such port."""
+    out: dict[int, Port] = {}
+    for p in sorted(ports, key=lambda p: (p.node.name, p.device, p.port)):
+        node = p.node
+        if p.node_id in out or not p.active or p.link_layer == "Ethernet":
+            continue
+        if node.cordoned or FEATURE not in (node.features or []):
+            continue
+        if not inventory.is_ready(node, now):
+            continue
+        out[p.node_id] = p
+    return list(out.values())
+
+
+def sweep(fabric_id: int | None = None) -> dict[str, str]:
+    """Ask one node per InfiniBand fabric for its map; returns, per fabric
+    identity, the node asked or why none was. A fabric whose last request
+    is still pending or sent is left alone."""
+    now = timezone.now()
+    fabrics = PhysicalFabric.objects.filter(kind=FabricKind.INFINIBAND).select_related("map")
+    if fabric_id is not None:
+        fabrics = fabrics.filter(pk=fabric_id)
+    fabrics = list(fabrics)
+    if not fabrics:
+        return {}
+    ports: dict[int, list[Port]] = {}
+    for p in Port.objects.filter(physical_fabric__in=fabrics).select_related("node"):
+        ports.setdefault(p.physical_fabric_id, []).append(p)  # type: ignore[arg-type]
+    waiting = {
+        _fabric_of(c)
+        for c in AgentCommand.objects.filter(
+            kind=KIND, state__in=[CommandState.PENDING, CommandState.SENT]
+        ).only("args")
+    }
+    # The node whose last request failed is asked again only if it is the only one.
+    failed: dict[int, int] = {}
+    for c in (
+        AgentCommand.objects.filter(kind=KIND)
+        .exclude(state__in=[CommandState.PENDING, CommandState.SENT])
+        .order_by("-pk")
+        .only("args", "state", "node_id")[:200]
+    ):
+        fid = _fabric_of(c)
+        if fid is not None and fid not in failed:
+            failed[fid] = c.node_id if c.state == CommandState.FAILED else 0
+    out: dict[str, str] = {}
+    for fabric in fabrics:
+        if fabric.pk in waiting:
+            out[fabric.identity] = "a request is still waiting for its answer"
+            continue
+        candidates = _candidates(fabric, ports.get(fabric.pk, []), now)
+        if not candidates:
+            out[fabric.identity] = "no Ready node with an active port answers ibnetdiscover"
+            continue
+        last = getattr(fabric, "map", None)
+        source = last.source_node if last is not None else ""
+
+        def preference(p: Port, source: str = source, fid: int = fabric.pk) -> tuple[bool, bool]:
+            return (p.node_id == failed.get(fid), p.node.name != source)
+
+        port = min(candidates, key=preference)
+        commands.send(
+            port.node,
+            KIND,
+            {
+                "fabric_id": fabric.pk,
+                "fabric": fabric.identity,
+                "device": port.device,
+                "port": port.port,
+            },
+            actor=ACTOR,
+            timeout_s=TIMEOUT_S,
+        )
+        out[fabric.identity] = port.node.name
+    log.info("fabric sweep: %s", out)
+    return out
+
+
+def sweep_soon(fabric_id: int) -> None:
+    """A fabric seen for the first time is mapped now, not at the next sweep."""
+    from llmgw.fabrics.tasks import sweep_fabric_maps
+
+    try:
+        sweep_fabric_maps.delay(fabric_id)
+    except Exception:  # the five-minute sweep maps it anyway
+        log.warning("could not queue a sweep of fabric %s", fabric_id, exc_info=True)
+
+
+def _record_error(fabric: PhysicalFabric, error: str, line: int | None, now: datetime) -> None:
+    FabricMap.objects.update_or_create(
+        fabric=fabric, defaults={"error": error[:10_000], "error_line": line, "error_at": now}
+    )
+
+
+def store_result(command: AgentCommand) -> None:
+    """What a node's ibnetdiscover printed, parsed and analysed into the
+    fabric's map (a commands.on_finish handler)."""
+    fabric = PhysicalFabric.objects.filter(pk=_fabric_of(command)).first()
+    if fabric is None:
+        return
+    now = timezone.now()
+    node = command.node.name
+    if command.state != CommandState.DONE:
+        _record_error(fabric, f"ibnetdiscover on {node} failed: {command.error}", None, now)
+        return
+    try:
+        # Outside the transaction: a big fabric takes a moment to read.
+        analysis: dict[str, Any] = topology.analyze(ibnetdiscover.parse(command.output))
+    except ibnetdiscover.ParseError as exc:
+        _record_error(fabric, f"ibnetdiscover output from {node}: {exc}", exc.line_no, now)
+        return
+    with transaction.atomic():
+        FabricMap.objects.update_or_create(
+            fabric=fabric,
+            defaults={
+                "taken_at": command.finished_at or now,
+                "source_node": node,
+                "analysis": analysis,
+                "error": "",
+                "error_line": None,
+            },
+        )
+    log.info("fabric %s mapped from %s: %s", fabric.identity, node, analysis.get("summary") or {})
