@@ -168,9 +168,13 @@ def unchosen(cands: list[Candidate], p: Profile, model: str) -> dict[int, Refusa
             assert best is not None
             names = ", ".join(c[0].view.name for c in best[2])
             least = min(c[0].free_count(p.gpu_class) for c in best[2])
+            leaves = {c[0].view.fabric_leaves.get(best[1]) for c in best[2]}
+            leaf = leaves.pop() if len(leaves) == 1 else None
+            under = f" under leaf {leaf}" if leaf is not None else ""
             out[n.ordinal] = (
                 Reason.NOT_PREFERRED,
                 f"{v.name} fits with {n.free_count(p.gpu_class)} free GPUs, but {best[1]} "
-                f"took {names} (one group, weights and emptiest first: {least}+ free)",
+                f"took {names}{under} (one group, one leaf, short cables last, weights and "
+                f"emptiest first: {least}+ free)",
             )
     return out

@@ -296,9 +296,15 @@ class Inventory:
                 )
             )
         env = {}
+        leaf: str | None = None
+        short: tuple[str, ...] = ()
         if fabric is not None and fabric.startswith(multinode.NVLINK_PREFIX):
             env["NCCL_MNNVL_ENABLE"] = "1"
-        return Decision(model, p.name, tuple(shards), fabric, env)
+        elif fabric is not None:
+            leaves = {n.view.fabric_leaves.get(fabric) for n, _ in picked}
+            leaf = leaves.pop() if len(leaves) == 1 else None
+            short = tuple(n.view.name for n, _ in picked if fabric in n.view.degraded_fabrics)
+        return Decision(model, p.name, tuple(shards), fabric, env, leaf, short)
 
     # -- applying ---------------------------------------------------------
 

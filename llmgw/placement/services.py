@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from llmgw.catalog.models import Model
 from llmgw.inventory.models import Node
 from llmgw.placement import scheduler
-from llmgw.placement.snapshot import node_views, profile_view
+from llmgw.placement.snapshot import leaf_name, node_views, profile_view
 from llmgw.placement.types import Decision, Placement
 from llmgw.serving import desired
 from llmgw.serving.models import GpuClaim, PlacementRecord, Replica, Shard
@@ -81,10 +81,18 @@ def route_text(decision: Decision | None) -> str:
             f"inside NVLink domain {domain}: all {nodes} nodes have every card joined and IMEX up, "
             "so the shards get NCCL_MNNVL_ENABLE=1 (InfiniBand is the fallback)"
         )
-    return (
+    text = (
         f"over fabric {decision.fabric}: no multi-node NVLink domain had {nodes} joined nodes "
         "that fit, or the profile names this fabric"
     )
+    if decision.leaf:
+        text += f"; all {nodes} nodes under one leaf switch, {leaf_name(decision.leaf)}"
+    if decision.short_cabled:
+        text += (
+            f"; {', '.join(decision.short_cabled)} taken although a cable trained short "
+            "(nodes with such cables come last)"
+        )
+    return text
 
 
 def decision_data(decision: Decision) -> dict[str, Any]:

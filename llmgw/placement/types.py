@@ -183,6 +183,11 @@ class Decision:
     # for one inside a multi-node NVLink domain, None for a single node.
     fabric: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    # The leaf switch every node of a multi-node replica hangs off, when they
+    # share one (from the fabric's map); None when they do not or it is unmapped.
+    leaf: str | None = None
+    # Nodes taken although a cable of theirs on the fabric trained short.
+    short_cabled: tuple[str, ...] = ()
 
     @property
     def nodes(self) -> tuple[str, ...]:
