@@ -7,6 +7,7 @@ from llmgw.catalog.api.views import ModelViewSet
 from llmgw.fabrics.api.views import FabricListView, TopologyView
 from llmgw.inventory.api.views import NodeViewSet
 from llmgw.nvlink.api import NvlinkView
+from llmgw.serving.api.keys import ApiKeyViewSet
 
 
 class OptionalSlashRouter(SimpleRouter):
@@ -21,6 +22,7 @@ class OptionalSlashRouter(SimpleRouter):
 router = OptionalSlashRouter()
 router.register("nodes", NodeViewSet, basename="node")
 router.register("models", ModelViewSet, basename="model")
+router.register("keys", ApiKeyViewSet, basename="apikey")
 urlpatterns = [
     path("nvlink", NvlinkView.as_view(), name="nvlink"),
     path("fabrics", FabricListView.as_view(), name="fabrics"),

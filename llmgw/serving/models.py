@@ -97,3 +97,42 @@ class PlacementRecord(models.Model):
     at = models.DateTimeField(auto_now=True)
     placed = models.BooleanField()
     explanation = models.JSONField(default=dict)
+
+
+class ApiKey(models.Model):
+    """A key for the OpenAI-compatible gateway (/v1/).
+
+    Only the SHA-256 of the key is stored: the key itself is shown once, at
+    creation. A key is scoped to `allowed_models`, or to every model
+    when `all_models` is set; an empty list does not mean "all", so deleting the
+    last model a key was scoped to leaves the key able to use nothing rather
+    than everything. Revoked keys stay, for the record; the gateway refuses
+    them once its key cache refreshes (llmgw.serving.gateway.snapshot).
+    """
+
+    name = models.CharField(max_length=100)
+    # The key's first characters, to tell keys apart in lists; not a secret.
+    prefix = models.CharField(max_length=16)
+    digest = models.CharField(max_length=64, unique=True)
+    owner = models.ForeignKey(
+        "auth.User", on_delete=models.CASCADE, related_name="api_keys", null=True, blank=True
+    )
+    all_models = models.BooleanField(default=False)
+    allowed_models = models.ManyToManyField("catalog.Model", blank=True, related_name="api_keys")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    # Written by the gateway at most once a minute per key.
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name", "created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["name"],
+                condition=models.Q(revoked_at__isnull=True),
+                name="one_active_key_per_name",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

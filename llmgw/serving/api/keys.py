@@ -1,0 +1,108 @@
+"""/api/v1/keys: the gateway's API keys, for operators.
+
+The key itself is in the answer to the POST that creates it and nowhere
+else: not in the list, not in the database, not in a log. Staff see every
+key; other users see and revoke their own.
+"""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from django.http import Http404
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from llmgw.serving import keys
+from llmgw.serving.models import ApiKey
+
+
+class ApiKeySerializer(serializers.ModelSerializer):
+    owner = serializers.CharField(source="owner.username", default=None, read_only=True)
+    models = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ApiKey
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "owner",
+            "all_models",
+            "models",
+            "created_at",
+            "revoked_at",
+            "last_used_at",
+        ]
+
+    def get_models(self, obj: ApiKey) -> list[str]:
+        return sorted(m.name for m in obj.allowed_models.all())
+
+
+class CreateKeySerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    models = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    all_models = serializers.BooleanField(required=False, default=False)
+
+
+class CreatedKeySerializer(ApiKeySerializer):
+    key = serializers.CharField(read_only=True, help_text="Shown once; store it now.")
+
+    class Meta(ApiKeySerializer.Meta):
+        fields = [*ApiKeySerializer.Meta.fields, "key"]
+
+
+class ApiKeyViewSet(viewsets.GenericViewSet):
+    serializer_class = ApiKeySerializer
+    # A name (the active key of that name) or an id (any key, revoked too).
+    lookup_value_regex = "[^/]+"
+
+    def get_queryset(self) -> QuerySet[ApiKey]:
+        queryset = ApiKey.objects.select_related("owner").prefetch_related("allowed_models")
+        if not self.request.user.is_staff:
+            queryset = queryset.filter(owner=self.request.user)
+        return queryset
+
+    def get_object(self) -> ApiKey:
+        value = self.kwargs["pk"]
+        queryset = self.get_queryset()
+        found = (
+            queryset.filter(pk=int(value))
+            if value.isdigit()
+            else queryset.filter(name=value, revoked_at__isnull=True)
+        )
+        api_key = found.first()
+        if api_key is None:
+            raise Http404(f"no key {value}")
+        return api_key
+
+    def list(self, request: Request) -> Response:
+        return Response(self.get_serializer(self.get_queryset(), many=True).data)
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(self.get_serializer(self.get_object()).data)
+
+    @extend_schema(request=CreateKeySerializer, responses={201: CreatedKeySerializer})
+    def create(self, request: Request) -> Response:
+        body = CreateKeySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            created = keys.create_key(
+                body.validated_data["name"],
+                request.user,
+                body.validated_data["models"],
+                body.validated_data["all_models"],
+            )
+        except keys.ApiKeyError as refused:
+            return Response({"detail": str(refused)}, status=status.HTTP_400_BAD_REQUEST)
+        data = dict(ApiKeySerializer(created.api_key).data)
+        data["key"] = created.key
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=ApiKeySerializer)
+    @action(detail=True, methods=["post"])
+    def revoke(self, request: Request, pk: str) -> Response:
+        api_key = keys.revoke_key(self.get_object())
+        return Response(self.get_serializer(api_key).data)

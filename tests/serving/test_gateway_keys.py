@@ -1,0 +1,123 @@
+"""Gateway API keys: the REST API, the CLI and the admin."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from django.contrib.auth.models import User
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from llmgw.catalog.models import Model
+from llmgw.cli import ctl
+from llmgw.serving.models import ApiKey
+
+
+@pytest.fixture
+def models(db):
+    for name in ("tiny", "big"):
+        Model.objects.create(name=name, source=f"hf://x/{name}")
+
+
+def test_create_shows_the_key_once_and_stores_only_its_digest(
+    api, models, django_assert_num_queries
+):
+    with django_assert_num_queries(9):
+        created = api.post("/api/v1/keys", {"name": "ci", "models": ["tiny"]}, format="json")
+    assert created.status_code == 201, created.content
+    key = created.json()["key"]
+    assert key.startswith("sk-llmgw-") and len(key) > 40
+    assert created.json()["prefix"] == key[:14] and created.json()["models"] == ["tiny"]
+    row = ApiKey.objects.get()
+    assert row.digest == hashlib.sha256(key.encode()).hexdigest()
+    assert key not in repr(list(ApiKey.objects.values()))
+    assert row.owner.username == "ops"
+
+    with django_assert_num_queries(3):
+        listed = api.get("/api/v1/keys").json()
+    assert [k["name"] for k in listed] == ["ci"] and "key" not in listed[0]
+    assert "digest" not in listed[0]
+
+
+def test_scope_is_named_models_or_all_never_by_omission(api, models):
+    refused = api.post("/api/v1/keys", {"name": "x"}, format="json")
+    assert refused.status_code == 400 and "name the models" in refused.json()["detail"]
+    both = api.post(
+        "/api/v1/keys", {"name": "x", "models": ["tiny"], "all_models": True}, format="json"
+    )
+    assert both.status_code == 400
+    unknown = api.post("/api/v1/keys", {"name": "x", "models": ["tiny", "nope"]}, format="json")
+    assert unknown.status_code == 400 and unknown.json()["detail"] == "no such model: nope"
+    everything = api.post("/api/v1/keys", {"name": "x", "all_models": True}, format="json")
+    assert everything.status_code == 201 and everything.json()["all_models"] is True
+    again = api.post("/api/v1/keys", {"name": "x", "all_models": True}, format="json")
+    assert again.status_code == 400 and "already named" in again.json()["detail"]
+
+
+def test_revoke_by_name_then_the_name_is_free_again(api, models, django_assert_num_queries):
+    first = api.post("/api/v1/keys", {"name": "ci", "all_models": True}, format="json").json()
+    with django_assert_num_queries(5):
+        revoked = api.post("/api/v1/keys/ci/revoke")
+    assert revoked.status_code == 200 and revoked.json()["revoked_at"]
+    # Idempotent, and reachable by id once the name is taken again.
+    api.post("/api/v1/keys", {"name": "ci", "all_models": True}, format="json")
+    again = api.post(f"/api/v1/keys/{first['id']}/revoke").json()
+    assert again["revoked_at"] == revoked.json()["revoked_at"]
+    assert api.get("/api/v1/keys/ci").json()["revoked_at"] is None
+    assert api.post("/api/v1/keys/nope/revoke").status_code == 404
+
+
+def test_users_see_their_own_keys_and_staff_see_all(api, models):
+    api.post("/api/v1/keys", {"name": "mine", "all_models": True}, format="json")
+    other = User.objects.create_user("other", password="a-long-test-password")
+    theirs = APIClient()
+    theirs.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=other).key}")
+    assert theirs.get("/api/v1/keys").json() == []
+    assert theirs.post("/api/v1/keys/mine/revoke").status_code == 404
+    other.is_staff = True
+    other.save()
+    assert [k["name"] for k in theirs.get("/api/v1/keys").json()] == ["mine"]
+    assert APIClient().get("/api/v1/keys").status_code == 401
+
+
+def test_cli_creates_lists_and_revokes_against_a_real_server(
+    asgi_server, operator, monkeypatch, capsys
+):
+    Model.objects.create(name="tiny", source="hf://x/tiny")
+    Model.objects.create(name="big", source="hf://x/big")
+    monkeypatch.setenv("LLMGW_URL", asgi_server)
+    monkeypatch.setenv("LLMGW_TOKEN", Token.objects.create(user=operator).key)
+
+    assert ctl.main(["keys", "create", "ci", "--models", "tiny,big"]) == 0
+    out = capsys.readouterr().out
+    key = out.strip().splitlines()[-1]
+    assert key.startswith("sk-llmgw-") and "big,tiny" in out
+    assert ApiKey.objects.get().digest == hashlib.sha256(key.encode()).hexdigest()
+
+    assert ctl.main(["keys", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert "ci" in listing and "active" in listing and key not in listing
+
+    assert ctl.main(["keys", "revoke", "ci"]) == 0
+    assert "revoked" in capsys.readouterr().out
+    assert ApiKey.objects.get().revoked_at is not None
+    assert ctl.main(["keys", "create", "bad", "--models", "nope"]) == 1
+    assert "no such model: nope" in capsys.readouterr().err
+
+
+def test_admin_lists_and_revokes_but_never_makes_keys(client, models):
+    from llmgw.serving import keys
+
+    User.objects.create_superuser("root", password="a-long-test-password")
+    client.login(username="root", password="a-long-test-password")
+    created = keys.create_key("ci", None, ["tiny"])
+    assert client.get("/admin/serving/apikey/").status_code == 200
+    assert client.get("/admin/serving/apikey/add/").status_code == 403
+    answer = client.post(
+        "/admin/serving/apikey/",
+        {"action": "revoke", "_selected_action": [created.api_key.pk]},
+    )
+    assert answer.status_code == 302
+    created.api_key.refresh_from_db()
+    assert created.api_key.revoked_at is not None
