@@ -5,13 +5,13 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
 django_app = get_asgi_application()
 
+from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
-
 from llmgw.console.consumers import ConsoleConsumer  # noqa: E402
 from llmgw.inventory.consumers import AgentStreamConsumer  # noqa: E402
+from llmgw.serving.gateway.app import Gateway, mount  # noqa: E402
 
 websockets = URLRouter(
     [
@@ -20,4 +20,7 @@ websockets = URLRouter(
         path("ws/console", AuthMiddlewareStack(ConsoleConsumer.as_asgi())),
     ]
 )
-application = ProtocolTypeRouter({"http": django_app, "websocket": websockets})
+# /v1/ (the OpenAI-compatible gateway) is routed before Django: its
+# middleware stack costs more per request than the whole proxy.
+gateway = Gateway()
+application = ProtocolTypeRouter({"http": mount(gateway, django_app), "websocket": websockets})

@@ -6,11 +6,13 @@ from rest_framework.exceptions import AuthenticationFailed
 from llmgw.metrics.collectors import FleetCollector
 from llmgw.metrics.fabrics import FabricCollector
 from llmgw.metrics.gpus import GpuCollector
+from llmgw.serving.gateway.metrics import GatewayCollector
 
 _registry = CollectorRegistry(auto_describe=False)
 _registry.register(FleetCollector())
 _registry.register(GpuCollector())
 _registry.register(FabricCollector())
+_registry.register(GatewayCollector())
 
 
 class _BearerOrToken(TokenAuthentication):

@@ -1,0 +1,98 @@
+"""What the gateway reads from the database, in its own thread.
+
+Each function returns plain data and is called from the gateway's single
+database thread (never from the event loop: the ORM blocks), so one
+connection serves every refresh and a request never waits on SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import close_old_connections, connections
+from django.utils import timezone
+
+from llmgw.catalog.models import Model
+from llmgw.serving.choices import ReplicaState
+from llmgw.serving.models import ApiKey, Shard
+
+
+@dataclass(frozen=True, slots=True)
+class KeyScope:
+    id: int
+    name: str
+    # None: every model.
+    models: frozenset[str] | None
+
+    def allows(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    replica_id: int
+    model: str
+    url: str
+    engine: str
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    keys: dict[str, KeyScope]
+    # Every model's name, with its creation time (epoch seconds).
+    models: dict[str, int]
+    routes: tuple[Route, ...]
+
+
+def load_keys() -> dict[str, KeyScope]:
+    scoped: dict[int, set[str]] = {}
+    for key_id, model in ApiKey.allowed_models.through.objects.filter(
+        apikey__revoked_at__isnull=True, apikey__all_models=False
+    ).values_list("apikey_id", "model__name"):
+        scoped.setdefault(key_id, set()).add(model)
+    return {
+        digest: KeyScope(key_id, name, None if all_models else frozenset(scoped.get(key_id, ())))
+        for key_id, name, digest, all_models in ApiKey.objects.filter(
+            revoked_at__isnull=True
+        ).values_list("id", "name", "digest", "all_models")
+    }
+
+
+def load_routes() -> tuple[dict[str, int], tuple[Route, ...]]:
+    """Every model name (to tell unknown, 404, from not ready, 503) and the
+    ready replicas with the URL of their rank-0 shard, the one that serves."""
+    models = {
+        name: int(created.timestamp())
+        for name, created in Model.objects.values_list("name", "created_at")
+    }
+    rows = (
+        Shard.objects.filter(rank=0, replica__state=ReplicaState.READY)
+        .exclude(url="")
+        .values_list("replica_id", "replica__model__name", "url", "replica__profile__engine")
+    )
+    routes = tuple(Route(rid, model, url.rstrip("/"), engine) for rid, model, url, engine in rows)
+    return models, routes
+
+
+def load() -> Snapshot:
+    close_old_connections()
+    models, routes = load_routes()
+    return Snapshot(load_keys(), models, routes)
+
+
+def touch_keys(ids: Iterable[int], older_than_s: float = 60.0) -> int:
+    """last_used_at, written at most once a minute per key: a busy key must
+    not turn every request into an UPDATE."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=older_than_s)
+    return (
+        ApiKey.objects.filter(pk__in=list(ids))
+        .exclude(last_used_at__gt=stale)
+        .update(last_used_at=now)
+    )
+
+
+def close() -> None:
+    connections.close_all()
