@@ -80,8 +80,11 @@ class Stream:
         credential: Callable[[], str | None],
         roots: Roots,
         stop: threading.Event,
+        commands: Mapping[str, Handler] | None = None,
     ) -> None:
         self.url = stream_url(server_url)
+        # The registry above; `llmgw simulate` answers for made-up nodes with its own.
+        self.commands = COMMANDS if commands is None else commands
         self.credential = credential
         self.roots = roots
         self.stop = stop
@@ -123,7 +126,7 @@ class Stream:
 
     def _run(self, ws: ClientConnection, message: dict[str, Any]) -> None:
         name = str(message.get("command"))
-        handler = COMMANDS.get(name)
+        handler = self.commands.get(name)
         result: dict[str, Any] = {"type": "result", "id": message.get("id")}
         if handler is None:
             result.update(ok=False, error=f"this agent does not answer {name!r}")

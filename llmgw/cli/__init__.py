@@ -48,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     sim.add_argument(
         "--once", action="store_true", help="register and send one heartbeat each, then exit"
     )
+    event = sub.add_parser(
+        "simulate-event",
+        help="change a simulated cable live: cable-down|cable-short|cable-up NODE DEVICE|all, reset",
+    )
+    event.add_argument("action", choices=["cable-down", "cable-short", "cable-up", "reset"])
+    event.add_argument("node", nargs="?", default="")
+    event.add_argument("devices", nargs="*")
     doctor = sub.add_parser(
         "doctor", help="on a node: check GPU fabric joining, bandwidth and IMEX"
     )
@@ -81,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         from llmgw.cli.simulate import run
 
         return run(args.server, args.nodes, args.interval, args.prefix, args.once, args.nvl72_trays)
+    if args.command == "simulate-event":
+        _django()
+        from llmgw.cli.simulate import event
+
+        return event(args.action, args.node, args.devices)
     if args.command == "doctor":
         # Runs the agent's own checks on this machine; no control plane needed.
         from llmgw_agent.doctor import print_report

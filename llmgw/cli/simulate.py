@@ -5,6 +5,12 @@ It runs beside the control plane because it gives itself identities the
 way an operator would (`llmgw node add`), then joins like a real agent.
 Credentials are kept under LLMGW_DATA_DIR/simulator so a restart reuses
 them. A name already taken by a real node is left alone.
+
+Each simulated node also opens the agent's command stream, with the agent's
+own client, and answers `ibnetdiscover` with its fabric's map
+(llmgw.simulator.fabrics), so the control plane maps simulated fabrics the
+way it maps real ones. Cables change live through `llmgw simulate-event`,
+which writes LLMGW_DATA_DIR/simulator/cables.json; it is read every beat.
 """
 
 from __future__ import annotations
@@ -12,13 +18,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from llmgw_agent.client import AgentClient, AuthError, Backoff, read_credential, send_latest
+from llmgw_agent.collectors.registry import Roots
+from llmgw_agent.stream import Handler, Stream
 
 from llmgw.inventory import services
 from llmgw.inventory.models import Node
+from llmgw.simulator import fabrics
 from llmgw.simulator.fleet import SimNode, make_fleet
 
 log = logging.getLogger("llmgw.simulate")
@@ -43,6 +54,62 @@ def ensure_joined(client: AgentClient, sim: SimNode) -> str | None:
     return client.join(sim.name, token, path)
 
 
+def handlers(sim: SimNode) -> dict[str, Handler]:
+    """What a simulated node's stream answers (its registration's features)."""
+
+    def ping(roots: Roots, args: Mapping[str, Any]) -> str:
+        return "pong"
+
+    def ibnetdiscover(roots: Roots, args: Mapping[str, Any]) -> str:
+        if sim.ib is None:
+            raise RuntimeError("ibnetdiscover: no InfiniBand adapter on this node")
+        if args.get("ports"):
+            raise RuntimeError("the simulator prints the topology format only")
+        return sim.ib.discover(sim.name, str(args.get("device") or "mlx5_0"))
+
+    out = {"ping": ping}
+    if sim.ib is not None:
+        out["ibnetdiscover"] = ibnetdiscover
+    return out
+
+
+class Cables:
+    """The live cable changes of cables.json, applied to each fabric when the file changes."""
+
+    def __init__(self, fleet: list[SimNode]) -> None:
+        self.path = fabrics.cables_file(settings.DATA_DIR)
+        self.fabrics = {id(n.ib): n.ib for n in fleet if n.ib is not None}
+        self.seen: float | None = None
+
+    def poll(self) -> None:
+        try:
+            mtime = self.path.stat().st_mtime
+        except OSError:
+            mtime = 0.0
+        if mtime == self.seen:
+            return
+        self.seen = mtime
+        cables = fabrics.read_cables(self.path)
+        for fab in self.fabrics.values():
+            hosts = {h.name for h in fab.tree.hosts}
+            # One assignment: a stream thread discovering meanwhile sees old or new, whole.
+            fab.cables = {k: v for k, v in cables.items() if k[0] in hosts}
+        if cables:
+            log.info("simulated cables changed: %s", cables)
+
+
+def event(action: str, node: str, devices: list[str]) -> int:
+    """`llmgw simulate-event`: change a simulated cable; the simulator reads it each beat."""
+    if action != "reset" and (not node or not devices):
+        raise SystemExit(f"simulate-event {action}: needs NODE and DEVICE (mlx5_N or all)")
+    if devices == ["all"]:
+        devices = [f"mlx5_{i}" for i in range(8)]
+    path = fabrics.cables_file(settings.DATA_DIR)
+    fabrics.write_event(path, action, node, devices)
+    print(f"{action} {node} {' '.join(devices)}: written to {path}")
+    return 0
+
+
 def run(
     server: str, count: int, interval: float, prefix: str, once: bool, nvl72_trays: int = 0
 ) -> int:
@@ -57,10 +124,25 @@ def run(
         client.credential = credential
         clients[sim.name] = client
     log.info("simulating %d nodes against %s every %.0f s", len(clients), server, interval)
+    if not once:
+        for sim in fleet:
+            if sim.name in clients:
+                stream = Stream(
+                    server,
+                    lambda c=clients[sim.name]: c.credential,
+                    Roots(),
+                    stop,
+                    commands=handlers(sim),
+                )
+                threading.Thread(
+                    target=stream.run_forever, name=f"stream-{sim.name}", daemon=True
+                ).start()
+    cables = Cables(fleet)
     registered: set[str] = set()
     backoff = Backoff()
     while not stop.is_set():
         started = time.monotonic()
+        cables.poll()
         for sim in fleet:
             client = clients.get(sim.name)
             if client is None:

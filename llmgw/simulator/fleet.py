@@ -11,9 +11,12 @@ every time it starts.
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmgw.simulator import fabrics as ib
 from llmgw.simulator.gpus import GpuSim, fabric, imex, topology
 
 GiB = 2**30
@@ -121,6 +124,14 @@ class SimNode:
     held_out: bool = False
     trays: tuple[str, ...] = ()
     gpu_sim: GpuSim | None = None
+    # The InfiniBand fabric its adapters are on (set by make_fleet), and what
+    # its ports report: running counter totals, like the kernel's.
+    ib: ib.SimFabric | None = None
+    clock: Callable[[], float] = time.monotonic
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    last_beat: float | None = None
+    last_active: list[str] | None = None
+    last_managers: float | None = None
 
     def __post_init__(self) -> None:
         if self.shape.gpus:
@@ -132,13 +143,17 @@ class SimNode:
             for i in range(self.shape.gpus)
         ]
 
+    def commands(self) -> list[str]:
+        """What its stream answers (see llmgw.cli.simulate)."""
+        return ["command:ibnetdiscover", "command:ping"] if self.ib else ["command:ping"]
+
     def registration(self, interval_s: float) -> dict[str, Any]:
         s = self.shape
         payload: dict[str, Any] = {
             "schema": 1,
             "node": self.name,
             "agent_version": "0.1.0-sim",
-            "features": ["heartbeat", "filesystems", "weights"],
+            "features": ["heartbeat", "filesystems", "weights", *self.commands()],
             "probed": True,
             "simulated": True,
             "heartbeat_interval_s": interval_s,
@@ -270,7 +285,86 @@ class SimNode:
             beat["gpus"] = self.gpu_sim.sample(s.gpu_memory_bytes, POWER_LIMIT_W[s.kind])
             if s.kind == "gb200" and self.gpu_sim.beats % 6 == 1:
                 beat["imex"] = imex(s.kind, list(self.trays), up=True)
+        if self.ib is not None:
+            beat.update(self.ports())
         return beat
+
+    def ports(self) -> dict[str, Any]:
+        """ports, fabrics_changed/fabrics_active and subnet_managers, as the
+        agent's ib and sm collectors send them (docs/agent-protocol.md)."""
+        assert self.ib is not None
+        fab, rng, now = self.ib, self.rng, self.clock()
+        elapsed = 0.0 if self.last_beat is None else max(0.0, now - self.last_beat)
+        self.last_beat = now
+        util = self.gpu_sim.util if self.gpu_sim is not None else [self.cpu_percent]
+        load = 0.05 + 0.6 * sum(util) / len(util) / 100
+        ports = []
+        for r in range(self.shape.adapters):
+            device = f"mlx5_{r}"
+            guid = fab.guid(self.name, device)
+            text, gbps = fab.link(self.name, device)
+            down = fab.is_down(self.name, device)
+            c = self.counters.get(device)
+            if c is None:  # a node that has been up a while: big running totals
+                base = rng.randint(10**12, 10**15)
+                c = self.counters[device] = {
+                    "port_xmit_data": base,
+                    "port_rcv_data": base + rng.randint(0, 10**12),
+                    "port_xmit_packets": base // 4096,
+                    "port_rcv_packets": base // 4096,
+                    "symbol_error": 0,
+                    "link_downed": 0,
+                    "port_rcv_errors": 0,
+                    "port_xmit_discards": 0,
+                    "link_error_recovery": 0,
+                }
+            was_down = c.get("_down", 0)
+            if down and not was_down:
+                c["link_downed"] += 1
+            c["_down"] = int(down)
+            if not down:
+                # bytes/s at this share of the link's data rate
+                for key, jitter in (("port_xmit_data", 1.0), ("port_rcv_data", 0.97)):
+                    sent = int(gbps * 1e9 / 8 * load * jitter * rng.uniform(0.9, 1.1) * elapsed)
+                    c[key] += sent
+                    c[key.replace("_data", "_packets")] += sent // 4096
+                if text.startswith("2X"):  # a short-trained cable is also an erring one
+                    c["symbol_error"] += rng.randint(0, 3)
+            ports.append(
+                {
+                    "device": device,
+                    "port": 1,
+                    "link_layer": "InfiniBand",
+                    "state": "DOWN" if down else "ACTIVE",
+                    "phys_state": "Polling" if down else "LinkUp",
+                    "rate_gbps": 10 if down else gbps,
+                    "rate_text": "4X SDR" if down else text,
+                    "node_guid": guid,
+                    "port_guid": guid,
+                    "counters": {k: v for k, v in c.items() if not k.startswith("_")},
+                    "fabric": fab.name,
+                    "sm": None if down else fab.master(),
+                }
+            )
+        out: dict[str, Any] = {"ports": ports}
+        active = [p for p in ports if p["state"] == "ACTIVE"]
+        fabrics_active = [fab.name] if active else []
+        now_active = [f"{p['device']}/1" for p in active]
+        before = None if self.last_active is None else ([fab.name] if self.last_active else [])
+        changed = now_active != self.last_active
+        if fabrics_active != before:
+            out["fabrics_changed"] = True
+            out["fabrics_active"] = fabrics_active
+        if changed or self.last_managers is None or now - self.last_managers >= 60:
+            self.last_managers = now
+            out["subnet_managers"] = (
+                [{"port": f"{active[0]['device']}/1", "master": fab.master()["guid"],
+                  "managers": fab.listing()}]
+                if active
+                else []
+            )  # fmt: skip
+        self.last_active = now_active
+        return out
 
 
 def make_fleet(
@@ -307,4 +401,11 @@ def make_fleet(
         node.memory_used = int(shape.memory_bytes * 0.2)
         node.local_free = int(shape.local_disk_bytes * 0.6)
         nodes.append(node)
+    members: dict[str, list[tuple[str, int]]] = {}
+    for node in nodes:
+        if node.shape.fabric:
+            members.setdefault(node.shape.fabric, []).append((node.name, node.shape.adapters))
+    sims = ib.build(members)
+    for node in nodes:
+        node.ib = sims.get(node.shape.fabric)
     return nodes
