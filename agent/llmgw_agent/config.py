@@ -55,6 +55,10 @@ class AgentConfig:
     # Where the agent installs engines (llama.cpp builds), one folder per build.
     engines_dir: Path = Path("/var/lib/llmgw-agent/engines")
     engines: tuple[ConfiguredEngine, ...] = ()
+    # Where shards' engines listen, and the address put in their URLs for the gateway
+    # (None: serve_host, or the node's primary address when serve_host is a wildcard).
+    serve_host: str = "127.0.0.1"
+    advertise_host: str | None = None
 
     def enabled(self, name: str) -> bool:
         return self.collectors.get(name, True)
@@ -70,7 +74,8 @@ class AgentConfig:
 TOP_KEYS = {
     "server_url", "node", "credential_file", "join_token", "join_token_file", "ca_file",
     "model_dirs", "labels", "heartbeat_interval_s", "collectors", "proc_root", "sys_root",
-    "rootfs", "command_wrapper", "fabrics", "engines_dir", "engines",
+    "rootfs", "command_wrapper", "fabrics", "engines_dir", "engines", "serve_host",
+    "advertise_host",
 }  # fmt: skip
 REQUIRED = ("server_url", "credential_file")
 FABRIC_KEYS = {"name", "adapters", "rate_gbps"}
@@ -236,6 +241,10 @@ def parse_config(text: str, source: str = "agent.yaml", base: Path | None = None
             "engines_dir", data.get("engines_dir", "/var/lib/llmgw-agent/engines"), base
         ),
         engines=_engines(c, data.get("engines", {})),
+        serve_host=c.string("serve_host", data.get("serve_host", "127.0.0.1")),
+        advertise_host=c.string("advertise_host", data["advertise_host"])
+        if data.get("advertise_host") is not None
+        else None,
     )
 
 
