@@ -25,7 +25,9 @@ from .client import (
 from .collectors import Roots
 from .config import AgentConfig, ConfigError, load_config
 from .engines import EngineManager
+from .engines.spec import EngineSpec, SpecError
 from .payload import collect_heartbeat, collect_registration, roots_for
+from .shards import ShardSupervisor
 from .stream import Stream
 from .stream import features as stream_features
 
@@ -81,17 +83,22 @@ def run(
     stop: threading.Event | None = None,
     desired_engines: Sequence[Mapping[str, Any]] = (),
     engines: EngineManager | None = None,
+    shards: ShardSupervisor | None = None,
 ) -> int:
     """The agent's life. Returns the exit status; transient failures never end it.
 
-    `desired_engines` ({name, version, builds}) stands in for what the control plane will
-    send; the engine manager converges on it in the background.
+    `desired_engines` ({name, version, builds}) is what to install until a heartbeat answer
+    says otherwise: the answer's `desired` (engines and shards, in full) replaces it, and
+    the engine manager and the shard supervisor converge on it in the background.
     """
     stop = stop if stop is not None else threading.Event()
     roots = roots if roots is not None else roots_for(config)
     engines = engines if engines is not None else EngineManager.from_config(config, roots)
     # Start scanning now, so the first heartbeat can already say what is installed.
     engines.converge(desired_engines)
+    shards = shards if shards is not None else ShardSupervisor.from_config(config)
+    # The last answer's wishes; kept through an outage, so shards keep running meanwhile.
+    desired: dict[str, list[Any]] = {"engines": list(desired_engines), "shards": []}
     own_client = client is None
     client = client or AgentClient(config.server_url, ca_file=config.ca_file)
     backoff = Backoff(cap=min(60.0, max(config.heartbeat_interval_s * 6, 1.0)))
@@ -115,9 +122,32 @@ def run(
             what=what,
         )
 
+    def converge() -> dict[str, Any]:
+        # A shard waits for its engine in the installer's own words, so both see one report.
+        report = engines.heartbeat(desired["engines"])
+        shards.converge(desired["shards"], report["engines"])
+        return report
+
     def heartbeat() -> dict[str, Any]:
         # The manager's report is read under its lock; an install never delays a heartbeat.
-        return {**collect_heartbeat(config, roots), **engines.heartbeat(desired_engines)}
+        engine_report = converge()
+        return {**collect_heartbeat(config, roots), **engine_report, "shards": shards.report()}
+
+    def take_desired(answer: dict[str, Any]) -> None:
+        wanted = answer.get("desired")
+        if not isinstance(wanted, dict):
+            return  # an older control plane: keep converging on what we had
+        if isinstance(wanted.get("engines"), list):
+            good = []
+            for raw in wanted["engines"]:
+                try:
+                    good.append(EngineSpec.parse(raw))
+                except (SpecError, AttributeError) as exc:
+                    log.warning("ignoring a desired engine: %s", exc)
+            desired["engines"] = good
+        if isinstance(wanted.get("shards"), list):
+            desired["shards"] = list(wanted["shards"])
+        converge()
 
     try:
         if not ensure_credential(config, client, stop, once):
@@ -136,6 +166,8 @@ def run(
         while not stop.is_set():
             started = time.monotonic()
             answer = send(client.heartbeat, heartbeat, "heartbeat")
+            if answer is not None and not once:
+                take_desired(answer)
             if answer is not None and answer.get("register"):
                 log.info("control plane asked for registration again")
                 registered = send(client.register, registration, "register")
@@ -144,6 +176,8 @@ def run(
             stop.wait(max(0.0, config.heartbeat_interval_s - (time.monotonic() - started)))
         return 0
     finally:
+        # Shards run in process groups of their own: nothing else would stop them.
+        shards.close()
         engines.close()
         if own_client:
             client.close()
