@@ -35,7 +35,12 @@ def test_metrics_export_the_fleet(make_node, agent_client, api):
     assert m["llmgw_node_memory_available_bytes"][node] == 90 * 2**30
     lustre = (("mount", "/lustre"), ("node", "gpu-1"), ("shared", "true"))
     assert m["llmgw_node_filesystem_free_bytes"][lustre] == 500 * 2**40
-    assert m["llmgw_node_filesystem_size_bytes"][(("mount", "/data"), ("node", "gpu-1"), ("shared", "false"))] == 1000 * 2**30
+    assert (
+        m["llmgw_node_filesystem_size_bytes"][
+            (("mount", "/data"), ("node", "gpu-1"), ("shared", "false"))
+        ]
+        == 1000 * 2**30
+    )
 
 
 def test_unknown_is_absent_not_zero(make_node, agent_client, api):
@@ -49,7 +54,9 @@ def test_unknown_is_absent_not_zero(make_node, agent_client, api):
     assert m["llmgw_node_up"][node] == 1
     assert node not in m.get("llmgw_node_cpus", {})
     assert node not in m.get("llmgw_node_memory_bytes", {})
-    assert not any(("node", "old-agent") in key for key in m.get("llmgw_node_filesystem_free_bytes", {}))
+    assert not any(
+        ("node", "old-agent") in key for key in m.get("llmgw_node_filesystem_free_bytes", {})
+    )
 
 
 def test_a_measurement_older_than_a_minute_is_left_out(make_node, agent_client, api):

@@ -55,7 +55,9 @@ def test_not_ready_after_three_missed_heartbeats(make_node, agent_client, api):
     assert node.state == "NotReady"
 
     # Read from the timestamps too: the API is right before the worker runs.
-    Node.objects.filter(pk=node.pk).update(state="Ready", last_heartbeat_at=last - timedelta(seconds=31))
+    Node.objects.filter(pk=node.pk).update(
+        state="Ready", last_heartbeat_at=last - timedelta(seconds=31)
+    )
     assert api.get("/api/v1/nodes/gpu-1").json()["state"] == "NotReady"
     agent.post("heartbeat", heartbeat("gpu-1"))
     assert api.get("/api/v1/nodes/gpu-1").json()["state"] == "Ready"
@@ -64,7 +66,9 @@ def test_not_ready_after_three_missed_heartbeats(make_node, agent_client, api):
 def test_unknown_disk_and_memory_are_null(make_node, agent_client, api):
     _, credential = make_node("old-agent")
     agent = agent_client(credential)
-    agent.post("register", registration("old-agent", system={"cpus": None, "memory_total_bytes": None}))
+    agent.post(
+        "register", registration("old-agent", system={"cpus": None, "memory_total_bytes": None})
+    )
     payload = heartbeat("old-agent")
     del payload["filesystems"]
     agent.post("heartbeat", payload)
@@ -82,10 +86,15 @@ def test_shared_filesystems_are_kept_out_of_the_nodes_own_total(make_node, agent
     node = api.get("/api/v1/nodes/gpu-1").json()
     assert node["disk_local"] == {"free_bytes": 600 * 2**30, "total_bytes": 1000 * 2**30}
     assert node["disk_shared"] == {"free_bytes": 500 * 2**40, "total_bytes": 900 * 2**40}
-    assert {f["mount"]: f["shared"] for f in node["filesystems"]} == {"/data": False, "/lustre": True}
+    assert {f["mount"]: f["shared"] for f in node["filesystems"]} == {
+        "/data": False,
+        "/lustre": True,
+    }
 
 
-def test_the_node_list_costs_a_fixed_number_of_queries(make_node, agent_client, api, django_assert_num_queries):
+def test_the_node_list_costs_a_fixed_number_of_queries(
+    make_node, agent_client, api, django_assert_num_queries
+):
     for i in range(5):
         _, credential = make_node(f"gpu-{i}")
         agent_client(credential).post("register", registration(f"gpu-{i}"))
