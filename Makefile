@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PG_URL ?= postgres://postgres@127.0.0.1:5432/llmgw
 REDIS ?= redis://127.0.0.1:6379/0
 
-.PHONY: demo test venv lint typecheck rules pytest fmt services bench-heartbeat bench-placement bench-fabric clean
+.PHONY: demo test venv lint typecheck rules pytest fmt services bench-heartbeat bench-placement bench-fabric bench-console clean
 
 $(BIN)/.installed: pyproject.toml agent/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,10 @@ bench-placement: venv
 
 bench-fabric: venv
 	$(BIN)/python bench/fabric.py
+
+# The fabric map in Debian's Chromium (services installs it): first drawing and panning.
+bench-console: venv services
+	$(BIN)/python bench/console.py
 
 clean:
 	rm -rf $(VENV) var staticfiles

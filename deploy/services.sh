@@ -4,7 +4,7 @@
 # only for what is missing.
 set -euo pipefail
 
-apt_packages=(ibsim-utils infiniband-diags opensm prometheus)
+apt_packages=(ibsim-utils infiniband-diags opensm prometheus chromium)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

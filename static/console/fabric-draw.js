@@ -146,7 +146,12 @@
       for (const [min, c, label] of RATES) if ([...seen].some((g) => g !== null && g >= min && (RATES.find(([m]) => g >= m) || [])[0] === min)) items.push([c, `${label} Gb/s`]);
     }
     box.replaceChildren();
-    for (const [c, label] of items) box.append(Object.assign(document.createElement("span"), { innerHTML: `<i style="background:${c}"></i>` }), label, " ");
+    for (const [c, label] of items) {
+      const span = document.createElement("span"), sw = document.createElement("i");
+      sw.style.background = c;
+      span.append(sw, label);
+      box.append(span);
+    }
     box.insertAdjacentHTML("beforeend", '<span class="lg-deg"><i></i>degraded cable</span> <span class="lg-odd"><i></i>off its rail</span> <span class="lg-up"><i></i>our port up</span> <span class="lg-down"><i></i>our port down</span> <span class="lg-part"><i></i>traffic</span>');
   }
 

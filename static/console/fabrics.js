@@ -197,5 +197,8 @@
   resize();
   loadMap().catch((e) => empty(`Could not load the map: ${e.message}`));
   LG.live(["fabric changed", "node changed"], 15000, (ev) => (ev !== "poll" && ev.kind === "node changed" ? loadPorts() : loadMap()));
-  window.fabricMap = { findNode, fit, get layout() { return L; }, get transform() { return st.t; } };
+  // For the benchmark: pan as a dragging hand would, one step per frame.
+  const panBy = (dx, dy) => d3.select(overlaySvg).call(zoom.translateBy, dx / st.t.k, dy / st.t.k);
+  const zoomTo = (k) => d3.select(overlaySvg).call(zoom.scaleTo, k);
+  window.fabricMap = { findNode, fit, panBy, zoomTo, get layout() { return L; }, get transform() { return st.t; } };
 })();

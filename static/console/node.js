@@ -26,7 +26,7 @@
     const total = d.memory_total_bytes, avail = d.memory_available_bytes;
     const used = known(total) && known(avail) && total ? (100 * (total - avail)) / total : null;
     set("ram", fresh ? meter(used, "ram") : LG.DASH);
-    set("ram-detail", `${fresh ? fmt.bytes(d.memory_used_bytes) : LG.DASH} used of ${fmt.bytes(total)}`);
+    set("ram-detail", `${fresh ? fmt.gib(d.memory_used_bytes) : LG.DASH} used of ${fmt.gib(total)}`);
     set("load", fresh ? `${fmt.num(d.load1, 2)} / ${fmt.num(d.load5, 2)} / ${fmt.num(d.load15, 2)}` : LG.DASH);
     set("measured", d.measured_at ? `measured ${new Date(d.measured_at).toLocaleTimeString()}` : "never measured");
     const dl = d.disk_local, ds = d.disk_shared;
@@ -88,7 +88,8 @@
     gpuKey = key;
     box.replaceChildren(...cards);
     gpuCharts.length = 0;
-    for (const g of d.gpus) {
+    // Without Prometheus the section's note says so once, not twice per card.
+    for (const g of d.prometheus ? d.gpus : []) {
       const c = box.querySelector(`[data-gpu="${g.index}"] .gpu-charts`);
       const gs = `${sel},gpu="${g.index}"`;
       gpuCharts.push({ box: null, title: "utilisation %", query: `llmgw_gpu_utilization_percent{${gs}}`, max: 100, container: c, label: () => `GPU ${g.index}` });
