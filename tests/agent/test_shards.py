@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -283,3 +284,74 @@ def test_close_stops_every_group(
     for pid in pids:
         assert gone(pid)
     assert sup.report() == []
+
+
+def test_the_tiny_model_serves_every_endpoint_the_gateway_uses(
+    supervisor: ShardSupervisor, engines: list[dict[str, Any]], tiny_model: Path
+) -> None:
+    # Embeddings need --embeddings, and a pooling the OpenAI API can express: a llama
+    # model's own is "none", which llama-server refuses for /v1/embeddings.
+    args = ["--embeddings", "--pooling", "mean"]
+    supervisor.converge([shard(tiny_model, args=args)], engines)
+    url = wait_for(supervisor, ready)["url"]
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True},
+        timeout=30,
+    ) as answer:
+        events = [line for line in answer.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]"
+    assert len(events) >= 3
+    answer = httpx.post(
+        f"{url}/v1/completions", json={"prompt": "the", "max_tokens": 2}, timeout=30
+    )
+    assert answer.json()["object"] == "text_completion"
+    answer = httpx.post(f"{url}/v1/embeddings", json={"input": "hello world"}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert len(answer.json()["data"][0]["embedding"]) == 64
+    tokens = httpx.post(f"{url}/tokenize", json={"content": "hello world"}, timeout=30).json()
+    assert len(tokens["tokens"]) == 2  # whole words: the pieces merge as SentencePiece does
+    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    assert "llamacpp:requests_processing" in metrics and "llamacpp:requests_deferred" in metrics
+
+
+LOADING_ENGINE = """#!{python}
+# Stands in for an engine whose model takes a while: /health answers 503 until the file
+# named by the test appears (the tiny model loads too fast to be seen loading).
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+port = int(sys.argv[sys.argv.index("--port") + 1])
+gate = Path({gate!r})
+
+
+class Health(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if gate.exists() else 503)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def test_loading_while_health_answers_503(
+    supervisor: ShardSupervisor, engines: list[dict[str, Any]], tiny_model: Path, tmp_path: Path
+) -> None:
+    gate = tmp_path / "loaded"
+    engine = tmp_path / "slow-engine"
+    engine.write_text(LOADING_ENGINE.format(python=sys.executable, gate=str(gate)))
+    engine.chmod(0o755)
+    supervisor.converge([shard(tiny_model)], [{**engines[0], "path": str(engine)}])
+    entry = wait_for(supervisor, lambda e: e.get("state") == "loading")
+    assert entry["message"] == "loading the model" and entry["pid"] is not None
+    gate.touch()
+    wait_for(supervisor, ready)
+    states = [h.split(":")[0] for h in supervisor.history("r12-0")]
+    assert states[-2:] == ["loading", "ready"]
+    assert "starting" in states
