@@ -35,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     catalog_sub.add_parser(
         "apply", help="apply server.yaml whole, or refuse it whole"
     ).add_argument("file")
+    sub.add_parser(
+        "engine",
+        help="engine pack BUILD_DIR --version V --out DIR: a release-shaped archive",
+        add_help=False,
+    )
     fabric = sub.add_parser("fabric", help="InfiniBand fabric tools", add_help=False)
     fabric.add_argument("rest", nargs=argparse.REMAINDER)
     sim = sub.add_parser("simulate", help="run simulated agents against the control plane")
@@ -68,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         from llmgw.cli import ctl
 
         return ctl.main(argv[1:])
+    if argv[:2] == ["engine", "pack"]:
+        from llmgw.cli.engine_pack import main as pack_main
+
+        return pack_main(argv[2:])
     if argv[:1] == ["fabric"]:
         from llmgw.fabrics.cli import main as fabric_main
 

@@ -1,0 +1,60 @@
+"""`llmgw engine pack`: make a release-shaped engine archive from a local
+build, for a site whose nodes cannot reach the internet (and for the demo).
+
+The archive looks like llama.cpp's own release assets: everything under a
+top folder `llama-<version>/`, named `llama-<version>-bin-<platform>.tar.gz`,
+so the agent installs it exactly as it would the upstream one. Prints the
+`engines:` entry to put in server.yaml, with the archive's sha256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+from pathlib import Path
+
+
+def pack(build_dir: Path, version: str, platform: str, out_dir: Path) -> tuple[Path, str]:
+    if not (build_dir / "llama-server").is_file():
+        raise FileNotFoundError(f"{build_dir}: no llama-server here")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    top = f"llama-{version}"
+    archive = out_dir / f"llama-{version}-bin-{platform}.tar.gz"
+    partial = archive.with_suffix(".partial")
+    with tarfile.open(partial, "w:gz") as tar:
+        tar.add(build_dir, arcname=top, recursive=False)
+        for entry in sorted(build_dir.iterdir()):
+            tar.add(entry, arcname=f"{top}/{entry.name}")
+    partial.replace(archive)
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    return archive, digest
+
+
+def engines_yaml(version: str, platform: str, url: str, sha256: str) -> str:
+    return (
+        "engines:\n  llama.cpp:\n"
+        f"    version: {version}\n    default: true\n    builds:\n"
+        f'      {platform}: {{url: "{url}", sha256: "{sha256}"}}\n'
+    )
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="llmgw engine pack", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "build_dir", type=Path, help="folder holding llama-server and its libraries"
+    )
+    parser.add_argument("--version", required=True, help="the build tag, e.g. b11434")
+    parser.add_argument("--platform", default="ubuntu-x64")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--url-base", default="", help="where the archive will be served from")
+    args = parser.parse_args(argv)
+    archive, digest = pack(args.build_dir, args.version, args.platform, args.out)
+    url = (
+        f"{args.url_base.rstrip('/')}/{archive.name}"
+        if args.url_base
+        else archive.resolve().as_uri()
+    )
+    print(engines_yaml(args.version, args.platform, url, digest), end="")
+    return 0
