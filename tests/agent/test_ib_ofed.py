@@ -267,9 +267,33 @@ def test_ports_up_without_a_subnet_manager_read_init_and_carry_nothing(
     assert "subnet_managers" not in beat  # nothing ACTIVE to ask through
 
 
+class ControlPlane:
+    """The node's heartbeats posted to the control plane, as the agent posts them."""
+
+    KEYS = ("ports", "fabrics_changed", "fabrics_active", "subnet_managers", "notices")
+
+    def __init__(self, make_node: Any, agent_client: Any, name: str) -> None:
+        from tests.payloads import registration
+
+        self.name = name
+        _, credential = make_node(name)
+        self.agent = agent_client(credential)
+        fabrics = [{"name": n, "adapters": list(a)} for n, a in FABRICS.items()]
+        assert self.agent.post("register", registration(name, fabrics=fabrics)).status_code == 200
+
+    def post(self, data: dict[str, Any]) -> None:
+        from tests.payloads import heartbeat
+
+        payload = heartbeat(self.name, **{k: v for k, v in data.items() if k in self.KEYS})
+        assert self.agent.post("heartbeat", payload).status_code == 200
+
+
 def test_master_standby_and_failover_keep_one_fabric_identity(
-    lab: dict[str, Any], tmp_path: Path
+    lab: dict[str, Any], tmp_path: Path, make_node: Any, agent_client: Any
 ) -> None:
+    from llmgw.fabrics.models import MasterChange, PhysicalFabric
+
+    server = ControlPlane(make_node, agent_client, "node003")
     sim = lab["sim"]()
     guid = {h: parse_ibstat(tool(sim, "ibstat", host=f"{h} mlx5_0").stdout)[0].port_guid
             for h in ("node001", "node002")}  # fmt: skip
@@ -284,6 +308,8 @@ def test_master_standby_and_failover_keep_one_fabric_identity(
     (listing,) = beat["subnet_managers"]
     assert listing["port"] == "ibsim0/1" and listing["master"] == guid["node001"]
     assert [m["guid"] for m in listing["managers"]] == [guid["node001"]]
+    server.post(beat)
+    assert PhysicalFabric.objects.get().identity == guid["node001"]
 
     def both() -> list[dict[str, Any]]:
         managers = parse_smir(tool(sim, "saquery", "SMIR", host="node004 mlx5_0").stdout)
@@ -321,6 +347,7 @@ def test_master_standby_and_failover_keep_one_fabric_identity(
     assert beat["ports"][0]["sm"]["guid"] == guid["node001"]
     assert {m["guid"] for m in beat["subnet_managers"][0]["managers"]} == set(guid.values())
     assert "fabrics_changed" not in beat
+    server.post(beat)
 
     master.stop()  # one failover per run: it is the slow part
     seen = until(
@@ -338,6 +365,15 @@ def test_master_standby_and_failover_keep_one_fabric_identity(
     beat = node.heartbeat()
     assert beat["ports"][0]["sm"]["guid"] == guid["node002"]
     assert "fabrics_changed" not in beat  # a failover is not a cable: the node stays on
+
+    # The control plane keeps the fabric one, names the new master and records the change.
+    server.post(beat)
+    fabric = PhysicalFabric.objects.get()
+    assert fabric.identity == identity and fabric.master_guid == guid["node002"]
+    change = MasterChange.objects.get()
+    assert (change.fabric, change.previous_guid, change.master_guid, change.reported_by) == (
+        fabric, guid["node001"], guid["node002"], "node003",
+    )  # fmt: skip
 
 
 def test_two_independent_fabrics_have_two_identities(lab: dict[str, Any]) -> None:
