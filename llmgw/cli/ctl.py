@@ -119,11 +119,25 @@ def node_row(node: dict[str, Any]) -> list[str]:
 NODE_HEADERS = ["NAME", "STATE", "CPUS", "MEM", "DISK", "GPUS", "LABELS"]
 
 
+def engine_lines(node: dict[str, Any]) -> list[str]:
+    """The node's own words for engines not installed, and its warnings."""
+    lines = [
+        f"{node['name']}: {e['name']} {e.get('version') or ''}: {e['status']}: {e.get('message') or ''}".rstrip()
+        for e in node.get("engines") or []
+        if e.get("status") != "installed"
+    ]
+    lines += [f"{node['name']}: warning: {w}" for w in node.get("warnings") or []]
+    return lines
+
+
 def cmd_nodes(api: Api, args: argparse.Namespace) -> str:
     nodes = api.call("GET", "/api/v1/nodes")
     if args.json:
         return json.dumps(nodes, indent=2)
-    return table(NODE_HEADERS, [node_row(n) for n in nodes])
+    notes = [line for n in nodes for line in engine_lines(n)]
+    return table(NODE_HEADERS, [node_row(n) for n in nodes]) + (
+        "\n\n" + "\n".join(notes) if notes else ""
+    )
 
 
 def cmd_node(api: Api, args: argparse.Namespace) -> str:
@@ -138,6 +152,14 @@ def cmd_node(api: Api, args: argparse.Namespace) -> str:
     lines.append(
         f"agent {node.get('agent_version') or DASH}, last heartbeat {node.get('last_heartbeat_at') or DASH}"
     )
+    engines = node.get("engines") or []
+    if node.get("engines_probed") is None:
+        lines.append("engines: - (agent too old to say)")
+    for e in engines:
+        lines.append(
+            f"engine {e['name']} {e.get('version') or '-'}: {e['status']}: {e.get('message') or ''}".rstrip()
+        )
+    lines += [f"warning: {w}" for w in node.get("warnings") or []]
     fs = node.get("filesystems") or []
     if fs:
         rows = [
