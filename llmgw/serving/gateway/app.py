@@ -43,6 +43,7 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 RETRY_AFTER_S = 5
 UPSTREAM_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
 _UPSTREAM_HEADERS = {"Content-Type": "application/json"}
+_STALE_CONNECTION = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 _STREAM_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
 
@@ -97,6 +98,7 @@ class Gateway:
         self._used_keys: set[int] = set()
         self._touched_at = 0.0
         self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession
         self._db: ThreadPoolExecutor | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._start_lock: asyncio.Lock | None = None
@@ -112,7 +114,17 @@ class Gateway:
                 return
             self._db = ThreadPoolExecutor(1, thread_name_prefix="llmgw-gateway-db")
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
+                # Idle connections are dropped before the engines drop them
+                # (llama-server and uvicorn both close after 5 s idle): a
+                # connection closed under us fails the request sent on it.
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=3),
+                timeout=self.timeout,
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),
+            )
+            # For the one retry after a pooled connection turned out closed.
+            self._fresh = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, force_close=True),
                 timeout=self.timeout,
                 auto_decompress=False,
                 skip_auto_headers=("User-Agent", "Accept-Encoding"),
@@ -137,6 +149,7 @@ class Gateway:
         self._tasks = []
         if self._session is not None:
             await self._session.close()
+            await self._fresh.close()
             self._session = None
         if self._db is not None:
             loop = asyncio.get_running_loop()
@@ -387,6 +400,7 @@ class Gateway:
         assert session is not None
         tried: list[Upstream] = []
         failure: tuple[int, bytes, str] | str = "no replica answered"
+        fresh_connection_tried = False
         while (up := self.router.pick(model, tried)) is not None:
             if tried:
                 self.retries += 1
@@ -396,7 +410,8 @@ class Gateway:
             waiting, response, complete = True, None, False
             try:
                 try:
-                    response = await session.post(
+                    client = self._fresh if fresh_connection_tried else session
+                    response = await client.post(
                         up.url + path, data=body, headers=_UPSTREAM_HEADERS
                     )
                     if response.status >= 500:
@@ -415,6 +430,18 @@ class Gateway:
                         raise aiohttp.ClientPayloadError("the stream ended before its first byte")
                 except UPSTREAM_ERRORS as exc:
                     failure = f"{type(exc).__name__}: {exc}"
+                    if (
+                        response is None
+                        and not fresh_connection_tried
+                        and isinstance(exc, _STALE_CONNECTION)
+                        and not isinstance(exc, aiohttp.ClientConnectorError)
+                    ):
+                        # A pooled connection the engine had closed: the
+                        # request never reached it. Once, the same replica
+                        # again on a new connection, without blaming it.
+                        fresh_connection_tried = True
+                        tried.pop()
+                        continue
                     up.down_until = time.monotonic() + BACKOFF_S
                     log.warning("gateway: %s replica %s failed: %s", model, up.replica_id, failure)
                     continue
@@ -467,7 +494,10 @@ class Gateway:
                     return "stream_error"
                 state["done"] = True
                 await send({"type": "http.response.body", "body": b""})
-                complete = True
+                # llama-server (b11434) closes its connection after a stream
+                # while answering "Keep-Alive": a pooled one would fail the
+                # next request. Close it ourselves.
+                complete = response.headers.get("Server") != "llama.cpp"
                 return response.status
             finally:
                 if waiting:
