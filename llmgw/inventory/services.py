@@ -132,6 +132,12 @@ def register(node: Node, data: dict[str, Any]) -> Node:
         node.imex = data["imex"]
     node.save()
     gpus.register(node, data.get("gpus") or [])
+    # A node that joins after the catalog named its engines hears of them
+    # here; otherwise it would wait for a placement that refuses it for
+    # having none.
+    from llmgw.serving import desired
+
+    desired.rebuild([node.pk])
     return node
 
 
