@@ -30,7 +30,12 @@ def test_register_then_heartbeat_stores_the_node(make_node, agent_client):
     assert agent.post("register", registration("gpu-1")).status_code == 200
     answer = agent.post("heartbeat", heartbeat("gpu-1"))
     assert answer.status_code == 200, answer.content
-    assert answer.json() == {"node": "gpu-1", "state": "Ready", "register": False, "desired": {}}
+    assert answer.json() == {
+        "node": "gpu-1",
+        "state": "Ready",
+        "register": False,
+        "desired": {"engines": [], "shards": []},
+    }
     node.refresh_from_db()
     assert node.memory_total_bytes == 1623497637888
     assert node.cpus == 192
@@ -189,7 +194,12 @@ def test_only_the_heartbeat_commits_without_waiting_for_the_disk(make_node, agen
     agent.post("heartbeat", heartbeat("gpu-1"))
     with CaptureQueriesContext(connection) as queries:
         answer = agent.post("heartbeat", heartbeat("gpu-1"))
-    assert answer.json() == {"node": "gpu-1", "state": "Ready", "register": False, "desired": {}}
+    assert answer.json() == {
+        "node": "gpu-1",
+        "state": "Ready",
+        "register": False,
+        "desired": {"engines": [], "shards": []},
+    }
     assert [q["sql"].split()[0] for q in queries.captured_queries] == ["UPDATE"]
     assert "set_config('synchronous_commit', 'off', true)" in queries.captured_queries[0]["sql"]
     with connection.cursor() as cursor:
