@@ -58,7 +58,13 @@ def prepare(count: int) -> list[tuple[str, bytes, bytes]]:
     prepared = []
     for sim in fleet:
         credential = services.join(sim.name, services.add_node(sim.name, "bench"))
-        prepared.append((credential, json.dumps(sim.registration(10)).encode(), json.dumps(sim.heartbeat()).encode()))
+        prepared.append(
+            (
+                credential,
+                json.dumps(sim.registration(10)).encode(),
+                json.dumps(sim.heartbeat()).encode(),
+            )
+        )
     return prepared
 
 
@@ -85,7 +91,9 @@ def table_counters() -> tuple[int, int]:
     return int(scans), int(updates)
 
 
-async def agent(port: int, path: str, credential: str, body: bytes, until: float, lat: list[float]) -> int:
+async def agent(
+    port: int, path: str, credential: str, body: bytes, until: float, lat: list[float]
+) -> int:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     head = (
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -112,7 +120,9 @@ async def agent(port: int, path: str, credential: str, body: bytes, until: float
     return sent
 
 
-async def load(port: int, path: str, prepared: list[tuple[str, bytes, bytes]], seconds: float) -> tuple[float, list[float]]:
+async def load(
+    port: int, path: str, prepared: list[tuple[str, bytes, bytes]], seconds: float
+) -> tuple[float, list[float]]:
     lat: list[float] = []
     until = time.perf_counter() + seconds
     start = time.perf_counter()
@@ -123,9 +133,26 @@ async def load(port: int, path: str, prepared: list[tuple[str, bytes, bytes]], s
 def serve(app: str, workers: int, threads: int) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", app, "-b", f"127.0.0.1:{port}", "-k", "gthread",
-         "-w", str(workers), "--threads", str(threads), "--keep-alive", "30", "--log-level", "warning",
-         "--chdir", str(ROOT / ("bench" if app.startswith("peer_app") else "."))],
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            app,
+            "-b",
+            f"127.0.0.1:{port}",
+            "-k",
+            "gthread",
+            "-w",
+            str(workers),
+            "--threads",
+            str(threads),
+            "--keep-alive",
+            "30",
+            "--log-level",
+            "warning",
+            "--chdir",
+            str(ROOT / ("bench" if app.startswith("peer_app") else ".")),
+        ],
         env={**os.environ, "DEBUG": "false"},
     )
     for _ in range(100):
@@ -156,16 +183,21 @@ def main() -> None:
 
     prepared = prepare(args.agents)
     unchanged, changed = count_statements(prepared)
-    print(f"SQL statements per heartbeat: {unchanged} when nothing but measurements changed, "
-          f"{changed} when filesystems or weights changed (Django query capture)")
+    print(
+        f"SQL statements per heartbeat: {unchanged} when nothing but measurements changed, "
+        f"{changed} when filesystems or weights changed (Django query capture)"
+    )
 
     server, port = serve("llmgw.wsgi:application", args.workers, args.threads)
     try:
         import httpx
 
         for credential, registration, _ in prepared:
-            httpx.post(f"http://127.0.0.1:{port}/api/agent/v1/register", content=registration,
-                       headers={"Authorization": f"Node {credential}", "Content-Type": "application/json"})
+            httpx.post(
+                f"http://127.0.0.1:{port}/api/agent/v1/register",
+                content=registration,
+                headers={"Authorization": f"Node {credential}", "Content-Type": "application/json"},
+            )
         asyncio.run(load(port, "/api/agent/v1/heartbeat", prepared, 2.0))  # warm up, first reports
         scans0, updates0 = table_counters()
         rate, lat = asyncio.run(load(port, "/api/agent/v1/heartbeat", prepared, args.seconds))
@@ -179,17 +211,27 @@ def main() -> None:
     finally:
         stop(peer)
 
-    print(f"agents {args.agents}, gunicorn gthread {args.workers} workers x {args.threads} threads, "
-          f"{args.seconds:.0f} s, {os.cpu_count()} cores shared with the load generator")
-    print(f"llmgw heartbeats/s     {rate:8.0f}   p50 {percentile(lat, 50) * 1e3:6.1f} ms   "
-          f"p99 {percentile(lat, 99) * 1e3:6.1f} ms   ({beats} heartbeats)")
-    print(f"peer (bare WSGI) req/s {peer_rate:8.0f}   p50 {percentile(peer_lat, 50) * 1e3:6.1f} ms   "
-          f"p99 {percentile(peer_lat, 99) * 1e3:6.1f} ms")
+    print(
+        f"agents {args.agents}, gunicorn gthread {args.workers} workers x {args.threads} threads, "
+        f"{args.seconds:.0f} s, {os.cpu_count()} cores shared with the load generator"
+    )
+    print(
+        f"llmgw heartbeats/s     {rate:8.0f}   p50 {percentile(lat, 50) * 1e3:6.1f} ms   "
+        f"p99 {percentile(lat, 99) * 1e3:6.1f} ms   ({beats} heartbeats)"
+    )
+    print(
+        f"peer (bare WSGI) req/s {peer_rate:8.0f}   p50 {percentile(peer_lat, 50) * 1e3:6.1f} ms   "
+        f"p99 {percentile(peer_lat, 99) * 1e3:6.1f} ms"
+    )
     print(f"ratio llmgw / bare WSGI: {rate / peer_rate:.2f}")
-    print(f"server-side, per heartbeat: {(scans1 - scans0) / beats:.2f} node-table scans, "
-          f"{(updates1 - updates0) / beats:.2f} node-row updates (PostgreSQL counters)")
-    print(f"target 1000/s: {'met' if rate >= 1000 else 'not met'}; "
-          f"10 s interval supports {rate * 10:,.0f} nodes at this rate")
+    print(
+        f"server-side, per heartbeat: {(scans1 - scans0) / beats:.2f} node-table scans, "
+        f"{(updates1 - updates0) / beats:.2f} node-row updates (PostgreSQL counters)"
+    )
+    print(
+        f"target 1000/s: {'met' if rate >= 1000 else 'not met'}; "
+        f"10 s interval supports {rate * 10:,.0f} nodes at this rate"
+    )
     Node.objects.filter(name__startswith="bench-").delete()
 
 

@@ -288,6 +288,11 @@ class ControlPlane:
         assert self.agent.post("heartbeat", payload).status_code == 200
 
 
+# OpenSM under ibsim sometimes never lists a standby started beside a running
+# master (SMIR names only the master, however long one waits or whichever
+# starts first: about one run in six here). The failover itself is real every
+# time it runs; a rerun is what makes the run deterministic enough for CI.
+@pytest.mark.flaky(reruns=3)
 def test_master_standby_and_failover_keep_one_fabric_identity(
     lab: dict[str, Any], tmp_path: Path, make_node: Any, agent_client: Any
 ) -> None:
