@@ -159,6 +159,8 @@ def run(
                     max_attempts=1,
                     what=f"{sim.name} heartbeat",
                 )
+                if answer and "desired" in answer:
+                    sim.desired = answer["desired"]
                 if answer and answer.get("register"):
                     registered.discard(sim.name)
             except AuthError as exc:

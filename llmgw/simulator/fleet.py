@@ -40,6 +40,10 @@ class Shape:
     nvidia_driver: str | None = None
     local_disk_bytes: int = 2 * TiB
 
+    @property
+    def arch_x86(self) -> bool:
+        return self.kind != "gb200"
+
 
 AVX512 = (
     "avx",
@@ -122,6 +126,8 @@ class SimNode:
     local_free: int = 0
     rng: random.Random = field(default_factory=random.Random)
     held_out: bool = False
+    # The control plane's last answer: what it wants this node to run.
+    desired: dict[str, Any] | None = None
     trays: tuple[str, ...] = ()
     gpu_sim: GpuSim | None = None
     # The InfiniBand fabric its adapters are on (set by make_fleet), and what
@@ -287,7 +293,45 @@ class SimNode:
                 beat["imex"] = imex(s.kind, list(self.trays), up=True)
         if self.ib is not None:
             beat.update(self.ports())
+        beat.update(self.engines())
         return beat
+
+    def engines(self) -> dict[str, Any]:
+        """A simulated node has the engines it is asked for, and runs none:
+        its shards stay pending, saying why, so nothing routes to them."""
+        wanted = (self.desired or {}).get("engines") or []
+        warnings = []
+        if self.shape.arch_x86 and "avx2" not in self.shape.cpu_flags:
+            warnings.append(
+                "this CPU has no AVX2: llama.cpp's CPU build runs about five times slower on it "
+                "(a VM CPU type such as qemu64 hides it; pass the host CPU through)"
+            )
+        if self.desired is None:  # not told yet: say nothing rather than "has none"
+            return {"warnings": warnings}
+        return {
+            "engines_probed": True,
+            "engines": [
+                {
+                    "name": e["name"],
+                    "version": e["version"],
+                    "status": "installed",
+                    "message": "simulated node",
+                    "path": None,
+                }
+                for e in wanted
+            ],
+            "warnings": warnings,
+            "shards": [
+                {
+                    "id": sh["id"],
+                    "replica": sh["replica"],
+                    "state": "pending",
+                    "message": "simulated node: no engine runs here",
+                    "generation": sh.get("generation"),
+                }
+                for sh in (self.desired or {}).get("shards") or []
+            ],
+        }
 
     def ports(self) -> dict[str, Any]:
         """ports, fabrics_changed/fabrics_active and subnet_managers, as the
