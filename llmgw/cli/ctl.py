@@ -317,6 +317,41 @@ def cmd_model(api: Api, args: argparse.Namespace) -> str:
     return f"{model['name']}: always_running {model['always_running']}, under_load {model['under_load']}"
 
 
+def cmd_fabrics(api: Api, args: argparse.Namespace) -> str:
+    data = api.call("GET", "/api/v1/fabrics")
+    if args.json:
+        return json.dumps(data, indent=2)
+    rows = []
+    for f in data["fabrics"]:
+        master = f["master"]["guid"] if f.get("master") else DASH
+        standbys = [
+            m["guid"] for m in f["subnet_managers"] if not m["master"] and m["state"] != "GONE"
+        ]
+        rows.append(
+            [
+                f["identity"],
+                f["kind"],
+                ",".join(f["names"]) or DASH,
+                master,
+                ",".join(standbys) or DASH,
+                f"{f['active_ports']}/{f['ports']}",
+                str(len(f["nodes"])),
+                ",".join(p["code"] for p in f["problems"]) or DASH,
+            ]
+        )
+    lines = [
+        table(["FABRIC", "KIND", "NAMES", "MASTER", "STANDBYS", "PORTS", "NODES", "PROBLEMS"], rows)
+    ]
+    for f in data["fabrics"]:
+        lines += [f"{f['identity']}: {p['message']}" for p in f["problems"]]
+        lines += [
+            f"{f['identity']}: master {c['from'] or DASH} -> {c['to']} at {c['at']} (seen by {c['reported_by']})"
+            for c in f["master_changes"]
+        ]
+    lines += [f"warning: {w['message']}" for w in data["warnings"]]
+    return "\n".join(lines)
+
+
 def cmd_nvlink(api: Api, args: argparse.Namespace) -> str:
     data = api.call("GET", "/api/v1/nvlink")
     if args.json:
@@ -423,6 +458,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--always-running", type=int)
     q.add_argument("--under-load", type=int)
     q.set_defaults(func=cmd_model)
+    p = sub.add_parser(
+        "fabrics", help="physical fabrics, their subnet managers, problems and warnings"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_fabrics)
     p = sub.add_parser("nvlink", help="multi-node NVLink domains and what keeps trays out")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_nvlink)

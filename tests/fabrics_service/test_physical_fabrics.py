@@ -177,3 +177,44 @@ def test_a_node_whose_adapters_for_one_name_sit_on_two_fabrics_is_refused(cluste
     )
     text = placement.dry_run("two").explanation.render()
     assert "gpu-a cannot be used across nodes: its adapters for ib-a sit on 2 fabrics" in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ctl_fabrics_shows_managers_problems_and_changes(
+    cluster, live_server, operator, monkeypatch, capsys
+):
+    from rest_framework.authtoken.models import Token
+
+    from llmgw.cli import ctl
+
+    tools = Tools()
+    a = cluster("gpu-a", tools)
+    a.beat()
+    tools.sminfo = SMINFO_IBSIM.replace("lid 1 sm guid 0x100001", "lid 3 sm guid 0x100003")
+    tools.smir = SMIR_IBSIM[SMIR_IBSIM.index("SMInfoRecord dump:", 10) :]
+    a.beat()
+    monkeypatch.setenv("LLMGW_URL", live_server.url)
+    monkeypatch.setenv("LLMGW_TOKEN", Token.objects.create(user=operator).key)
+    assert ctl.main(["fabrics"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == [
+        "FABRIC",
+        "KIND",
+        "NAMES",
+        "MASTER",
+        "STANDBYS",
+        "PORTS",
+        "NODES",
+        "PROBLEMS",
+    ]
+    assert out[1].split() == [
+        MASTER,
+        "infiniband",
+        "ib-a",
+        STANDBY,
+        "-",
+        "8/8",
+        "1",
+        "no_standby,recent_failover",
+    ]
+    assert any(f"master {MASTER} -> {STANDBY}" in line for line in out)
