@@ -55,9 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     event = sub.add_parser(
         "simulate-event",
-        help="change a simulated cable live: cable-down|cable-short|cable-up NODE DEVICE|all, reset",
+        help="change the simulated fleet live: cable-down|cable-short|cable-up NODE DEVICE|all, "
+        "tray-out|tray-in NODE, reset",
     )
-    event.add_argument("action", choices=["cable-down", "cable-short", "cable-up", "reset"])
+    event.add_argument(
+        "action", choices=["cable-down", "cable-short", "cable-up", "tray-out", "tray-in", "reset"]
+    )
     event.add_argument("node", nargs="?", default="")
     event.add_argument("devices", nargs="*")
     doctor = sub.add_parser(

@@ -79,6 +79,7 @@ class Cables:
     def __init__(self, fleet: list[SimNode]) -> None:
         self.path = fabrics.cables_file(settings.DATA_DIR)
         self.fabrics = {id(n.ib): n.ib for n in fleet if n.ib is not None}
+        self.trays = {n.name: (n, n.held_out) for n in fleet if n.shape.kind == "gb200"}
         self.seen: float | None = None
 
     def poll(self) -> None:
@@ -96,11 +97,19 @@ class Cables:
             fab.cables = {k: v for k, v in cables.items() if k[0] in hosts}
         if cables:
             log.info("simulated cables changed: %s", cables)
+        trays = fabrics.read_trays(self.path)
+        for name, (sim, initially) in self.trays.items():
+            sim.set_tray(trays.get(name), initially)
+        if trays:
+            log.info("simulated trays changed: %s", trays)
 
 
 def event(action: str, node: str, devices: list[str]) -> int:
     """`llmgw simulate-event`: change a simulated cable; the simulator reads it each beat."""
-    if action != "reset" and (not node or not devices):
+    if action.startswith("tray-"):
+        if not node:
+            raise SystemExit(f"simulate-event {action}: needs the tray's NODE")
+    elif action != "reset" and (not node or not devices):
         raise SystemExit(f"simulate-event {action}: needs NODE and DEVICE (mlx5_N or all)")
     if devices == ["all"]:
         devices = [f"mlx5_{i}" for i in range(8)]

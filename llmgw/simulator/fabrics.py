@@ -198,11 +198,20 @@ def build(members: dict[str, list[tuple[str, int]]]) -> dict[str, SimFabric]:
 
 # -- live changes ---------------------------------------------------------
 
-EVENTS = ("cable-down", "cable-short", "cable-up", "reset")
+EVENTS = ("cable-down", "cable-short", "cable-up", "tray-out", "tray-in", "reset")
 
 
 def cables_file(data_dir: str | os.PathLike[str]) -> Path:
     return Path(data_dir) / "simulator" / "cables.json"
+
+
+def read_trays(path: Path) -> dict[str, str]:
+    """NVL72 trays changed live: node -> "out" or "in"."""
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {n: v for n, v in (raw.get("trays") or {}).items() if v in ("out", "in")}
 
 
 def read_cables(path: Path) -> dict[tuple[str, str], str]:
@@ -223,13 +232,20 @@ def write_event(path: Path, event: str, node: str = "", devices: Iterable[str] =
     if event not in EVENTS:
         raise ValueError(f"unknown event {event!r}: one of {', '.join(EVENTS)}")
     cables = {} if event == "reset" else read_cables(path)
+    trays = {} if event == "reset" else read_trays(path)
+    if event in ("tray-out", "tray-in"):
+        trays[node] = event.removeprefix("tray-")
+        devices = ()
     for device in devices:
         if event == "cable-up":
             cables.pop((node, device), None)
         elif event != "reset":
             cables[(node, device)] = "down" if event == "cable-down" else "short"
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = {"cables": {f"{n} {d}": what for (n, d), what in sorted(cables.items())}}
+    body = {
+        "cables": {f"{n} {d}": what for (n, d), what in sorted(cables.items())},
+        "trays": dict(sorted(trays.items())),
+    }
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
         json.dump(body, tmp, indent=1)
     os.replace(tmp.name, path)  # the simulator never reads half a file

@@ -126,6 +126,7 @@ class SimNode:
     local_free: int = 0
     rng: random.Random = field(default_factory=random.Random)
     held_out: bool = False
+    imex_up: bool = True
     # The control plane's last answer: what it wants this node to run.
     desired: dict[str, Any] | None = None
     trays: tuple[str, ...] = ()
@@ -288,13 +289,25 @@ class SimNode:
             ],
         }
         if self.gpu_sim is not None:
+            forced = self.gpu_sim.force_wear
             beat["gpus"] = self.gpu_sim.sample(s.gpu_memory_bytes, POWER_LIMIT_W[s.kind])
-            if s.kind == "gb200" and self.gpu_sim.beats % 6 == 1:
-                beat["imex"] = imex(s.kind, list(self.trays), up=True)
+            if s.kind == "gb200" and (self.gpu_sim.beats % 6 == 1 or forced):
+                beat["imex"] = imex(s.kind, list(self.trays), up=self.imex_up)
         if self.ib is not None:
             beat.update(self.ports())
         beat.update(self.engines())
         return beat
+
+    def set_tray(self, change: str | None, initially_held_out: bool) -> None:
+        """A tray event: "out" takes IMEX down (the tray leaves its NVLink
+        domain), "in" brings it back whole, None returns to how it started."""
+        held_out = initially_held_out if change is None else False
+        imex_up = change != "out"
+        if (held_out, imex_up) == (self.held_out, self.imex_up) or self.gpu_sim is None:
+            return
+        self.held_out, self.imex_up = held_out, imex_up
+        self.gpu_sim.held_out = held_out
+        self.gpu_sim.force_wear = True
 
     def engines(self) -> dict[str, Any]:
         """A simulated node has the engines it is asked for, and runs none:

@@ -69,6 +69,9 @@ def imex(kind: str, trays: list[str], up: bool) -> dict[str, Any] | None:
 class GpuSim:
     def __init__(self, kind: str, count: int, rng: random.Random, held_out: bool = False) -> None:
         self.kind, self.count, self.rng, self.held_out = kind, count, rng, held_out
+        # Set when a tray changes live: the next beat carries the minute's
+        # readings at once, so the change shows within one heartbeat.
+        self.force_wear = False
         self.util = [rng.uniform(0, 60) for _ in range(count)]
         self.replays = [rng.randint(0, 40) for _ in range(count)]
         self.beats = 0
@@ -92,7 +95,7 @@ class GpuSim:
                 "power_limit_w": power_limit,
                 "clock_event_reasons": ["gpu_idle"] if u < 5 else [],
             }
-            if self.beats % 6 == 1:  # the minute's wear readings
+            if self.beats % 6 == 1 or self.force_wear:  # the minute's wear readings
                 card.update(
                     remapped_rows={
                         "correctable": 0,
@@ -109,4 +112,5 @@ class GpuSim:
                     xids={},
                 )
             out.append(card)
+        self.force_wear = False
         return out

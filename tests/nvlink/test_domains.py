@@ -75,3 +75,18 @@ def test_an_all_zero_cluster_is_no_domain():
     )
     assert domains.domain_of(None) is None
     assert domains.domain_of({"cluster_uuid": "abc", "clique_id": 3}) == "abc/3"
+
+
+def test_a_tray_taken_out_and_brought_back_live(rack, api, live_server, settings):
+    from llmgw.cli.simulate import event
+
+    event("tray-out", "sim-gb200-t03", [])
+    event("tray-in", "sim-gb200-t07", [])
+    assert simulate(live_server.url, 0, 10, "sim", True, nvl72_trays=18) == 0
+    [domain] = api.get("/api/v1/nvlink").json()["domains"]
+    out = {t["node"]: t["held_out_because"] for t in domain["trays"] if not t["joined"]}
+    assert out == {"sim-gb200-t03": ["IMEX is down"]}
+    event("reset", "", [])
+    assert simulate(live_server.url, 0, 10, "sim", True, nvl72_trays=18) == 0
+    [domain] = api.get("/api/v1/nvlink").json()["domains"]
+    assert [t["node"] for t in domain["trays"] if not t["joined"]] == ["sim-gb200-t07"]
