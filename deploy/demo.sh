@@ -36,12 +36,37 @@ engines_dir: $DATA/agent/engines
 serve_host: 127.0.0.1
 YAML
 
+# Prometheus for the node pages' hour of charts, when this machine has it
+# (Debian's prometheus; make services installs it). It scrapes /metrics
+# with the admin's API token, kept 0600 beside its configuration.
+PROM_PORT=${LLMGW_PROMETHEUS_PORT:-9090}
+if command -v prometheus >/dev/null; then
+  mkdir -p "$DATA/prometheus"
+  python -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['token'])" "$DATA/cli.yaml" > "$DATA/prometheus/token"
+  chmod 600 "$DATA/prometheus/token"
+  cat > "$DATA/prometheus/prometheus.yml" <<PROM
+global: {scrape_interval: 15s}
+scrape_configs:
+  - job_name: llmgw
+    authorization: {type: Bearer, credentials_file: $DATA/prometheus/token}
+    static_configs: [{targets: ['$HOST:$PORT']}]
+PROM
+  export LLMGW_PROMETHEUS_URL="http://127.0.0.1:$PROM_PORT"
+else
+  echo "prometheus is not installed: the node pages' charts will say so (apt-get install prometheus)"
+fi
+
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
 uvicorn llmgw.asgi:application --host "$HOST" --port "$PORT" --log-level warning &
 pids+=($!)
+if [ -n "${LLMGW_PROMETHEUS_URL:-}" ]; then
+  prometheus --config.file="$DATA/prometheus/prometheus.yml" --storage.tsdb.path="$DATA/prometheus/data" \
+    --web.listen-address="127.0.0.1:$PROM_PORT" > "$DATA/log/prometheus.log" 2>&1 &
+  pids+=($!)
+fi
 for _ in $(seq 60); do curl -fsS -o /dev/null "$URL/login/" 2>/dev/null && break; sleep 0.5; done
 llmgw worker > "$DATA/log/worker.log" 2>&1 &
 pids+=($!)

@@ -103,6 +103,29 @@ def test_a_node_no_build_fits_says_so(tmp_path: Path) -> None:
     ]
 
 
+def test_builds_offered_later_are_chosen_at_once(tmp_path: Path) -> None:
+    """Offered nothing for its platform, then a build (a mirror was added):
+    the node chooses again at once, not after the retry interval."""
+    manager = EngineManager(engines_dir=tmp_path, host=HostFacts("aarch64", (), None, "debian"))
+    manager.converge([{"name": "llama.cpp", "version": "b11434", "builds": {}}])
+    assert manager.wait(60)
+    assert (
+        manager.report()["engines"][0]["message"]
+        == "no build for arm64 on debian; offered: nothing"
+    )
+    arm = {
+        "ubuntu-arm64": {
+            "url": "http://127.0.0.1:9/llama-b11434-bin-ubuntu-arm64.tar.gz",
+            "sha256": "a" * 64,
+        }
+    }
+    manager.converge([{"name": "llama.cpp", "version": "b11434", "builds": arm}])
+    assert manager.wait(60)
+    [entry] = manager.report()["engines"]
+    # It tried the new build (nothing listens on port 9): not the old "no build".
+    assert "no build" not in entry["message"] and entry["status"] == "failed"
+
+
 def test_agent_yaml_engines_keys(tmp_path: Path) -> None:
     config = parse_config(
         "server_url: http://x\ncredential_file: c\nengines_dir: engines\n"

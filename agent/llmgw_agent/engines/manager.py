@@ -122,6 +122,15 @@ class EngineManager:
         """Record what is wanted and wake the worker; returns at once."""
         specs = [EngineSpec.parse(d) for d in desired]
         with self._lock:
+            before = {(d.name, d.version): d.builds for d in self._desired}
+            for spec in specs:
+                key = (spec.name, spec.version)
+                if key in before and before[key] != spec.builds:
+                    # The control plane offers other builds now (a mirror was
+                    # added): choose again at once rather than waiting out
+                    # the retry interval of a choice made on the old offer.
+                    self._choices.pop(key, None)
+                    self._states.pop((spec.name, spec.version, ""), None)
             self._desired = specs
             if self._worker is None and not self._stop.is_set() and self._next_job() is not None:
                 self._worker = threading.Thread(
