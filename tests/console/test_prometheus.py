@@ -39,9 +39,14 @@ def prometheus(live_server, operator, tmp_path):
     )
     port = free_port()
     proc = subprocess.Popen(
-        [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         yield f"http://127.0.0.1:{port}"
@@ -50,14 +55,18 @@ def prometheus(live_server, operator, tmp_path):
         proc.wait(timeout=20)
 
 
-def test_the_promql_proxy_returns_what_prometheus_scraped(prometheus, make_node, agent_client, client, operator, settings):
+def test_the_promql_proxy_returns_what_prometheus_scraped(
+    prometheus, make_node, agent_client, client, operator, settings
+):
     _, credential = make_node("gpu-1")
     agent_client(credential).post("register", registration("gpu-1"))
     agent_client(credential).post("heartbeat", heartbeat("gpu-1"))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            up = httpx.get(f"{prometheus}/api/v1/query", params={"query": "llmgw_node_cpus"}, timeout=5).json()
+            up = httpx.get(
+                f"{prometheus}/api/v1/query", params={"query": "llmgw_node_cpus"}, timeout=5
+            ).json()
             if up["data"]["result"]:
                 break
         except (httpx.HTTPError, ValueError, KeyError):
@@ -67,7 +76,9 @@ def test_the_promql_proxy_returns_what_prometheus_scraped(prometheus, make_node,
         raise AssertionError("Prometheus never scraped llmgw_node_cpus from /metrics")
     settings.PROMETHEUS_URL = prometheus
     client.force_login(operator)
-    answer = client.get("/console/api/promql", {"query": 'llmgw_node_cpus{node="gpu-1"}', "seconds": 300}).json()
+    answer = client.get(
+        "/console/api/promql", {"query": 'llmgw_node_cpus{node="gpu-1"}', "seconds": 300}
+    ).json()
     assert answer["configured"] is True and answer["status"] == "success"
     [series] = answer["data"]["result"]
     assert series["metric"]["node"] == "gpu-1" and float(series["values"][-1][1]) == 192
