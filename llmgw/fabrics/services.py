@@ -90,18 +90,7 @@ class Observer:
         identity = fabric_identity(managers, self.known)
         fabric = self.fabric(identity, FabricKind.INFINIBAND)
         for m in managers:
-            guid = _guid(m["guid"])
-            self.known[guid] = identity
-            SubnetManager.objects.update_or_create(
-                guid=guid,
-                defaults={
-                    "fabric": fabric,
-                    "lid": m.get("lid"),
-                    "priority": m.get("priority"),
-                    "state": m.get("state") or "",
-                    "last_seen": self.now,
-                },
-            )
+            self.manager(fabric, _guid(m["guid"]), m, default_state="")
         # Kept (a manager's GUID carries the fabric's name through a
         # failover) but marked: a manager the listing no longer names is not
         # a standby anyone can fail over to.
@@ -112,6 +101,23 @@ class Observer:
         )
         priority = next((m.get("priority") for m in managers if _guid(m["guid"]) == master), None)
         self.master(fabric, master, priority)
+
+    def manager(
+        self, fabric: PhysicalFabric, guid: str, seen: dict[str, Any], default_state: str
+    ) -> None:
+        """Record a subnet manager as seen on this fabric, and remember whose
+        it is: its GUID carries the fabric's identity through a failover."""
+        self.known[guid] = fabric.identity
+        SubnetManager.objects.update_or_create(
+            guid=guid,
+            defaults={
+                "fabric": fabric,
+                "lid": seen.get("lid"),
+                "priority": seen.get("priority"),
+                "state": seen.get("state") or default_state,
+                "last_seen": self.now,
+            },
+        )
 
     def master(self, fabric: PhysicalFabric, guid: str, priority: int | None) -> None:
         if not guid or guid == fabric.master_guid:
@@ -140,17 +146,7 @@ class Observer:
         identity = self.known.get(guid) or fabric_identity([guid], self.known)
         fabric = self.fabric(identity, FabricKind.INFINIBAND)
         if guid not in self.known:
-            self.known[guid] = identity
-            SubnetManager.objects.update_or_create(
-                guid=guid,
-                defaults={
-                    "fabric": fabric,
-                    "lid": sm.get("lid"),
-                    "priority": sm.get("priority"),
-                    "state": sm.get("state") or "MASTER",
-                    "last_seen": self.now,
-                },
-            )
+            self.manager(fabric, guid, sm, default_state="MASTER")
         self.master(fabric, guid, sm.get("priority"))
         return fabric
 

@@ -18,6 +18,7 @@ from llmgw.fabrics import services as fabric_services
 from llmgw.inventory import credentials, gpus
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import AuditEvent, Filesystem, ModelHolding, Node
+from llmgw.serving import desired as desired_state
 from llmgw.serving import reports as shard_reports
 
 log = logging.getLogger("llmgw.inventory")
@@ -135,9 +136,7 @@ def register(node: Node, data: dict[str, Any]) -> Node:
     # A node that joins after the catalog named its engines hears of them
     # here; otherwise it would wait for a placement that refuses it for
     # having none.
-    from llmgw.serving import desired
-
-    desired.rebuild([node.pk])
+    desired_state.rebuild([node.pk])
     return node
 
 
@@ -345,7 +344,7 @@ def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: 
         replicas = shard_reports.store(node, data["shards"], now)
         changes["shards_digest"] = digests["shards_digest"]
         if replicas:
-            transaction.on_commit(lambda: reconcile_soon(replicas))
+            transaction.on_commit(reconcile_soon)
     if node.state != NodeState.READY and not node.revoked_at:
         changes["state"] = NodeState.READY
     if changes:
@@ -353,7 +352,7 @@ def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: 
     console_events.node_changed(node.name, changes)
 
 
-def reconcile_soon(replicas: set[int]) -> None:
+def reconcile_soon() -> None:
     """A shard changed state: let the reconciler look now rather than at its
     next tick (a failed replica is replaced, a ready one may free the queue)."""
     from llmgw.serving.tasks import reconcile

@@ -240,14 +240,15 @@ def node_views() -> list[NodeView]:
         cards[g.node_id].append(
             {"index": g.index, "uuid": g.uuid, "fabric": g.fabric, "missing": g.missing}
         )
+        reason = g.unhealthy_reason  # worked out once; healthy is its absence
         gpus[g.node_id].append(
             GpuView(
                 index=g.index,
                 uuid=g.uuid,
                 gpu_class=g.gpu_class,
                 memory_bytes=g.memory_total_bytes,
-                healthy=g.healthy,
-                unhealthy_reason=g.unhealthy_reason,
+                healthy=not reason,
+                unhealthy_reason=reason,
                 allocated=g.index in claimed[g.node_id],
             )
         )
