@@ -27,7 +27,7 @@ def _unit(n: float) -> tuple[str, int]:
 
 
 def format_bytes(n: float | None, decimals: int | None = None) -> str:
-    """"90.8 MiB", "8.00 GiB", "1.00 TiB"; "-" for unknown (never 0).
+    """ "90.8 MiB", "8.00 GiB", "1.00 TiB"; "-" for unknown (never 0).
 
     Three significant figures by default: enough to tell 8.00 from 8.04
     GiB, short enough for a table column."""
@@ -44,12 +44,14 @@ def format_bytes(n: float | None, decimals: int | None = None) -> str:
 
 def format_bytes_pair(a: float, b: float) -> tuple[str, str]:
     """Two sizes printed side by side ("uses X, reserved Y"; "has X, needs
-    Y"), with as many decimals as it takes for different numbers to read
-    differently, in the unit of the larger one."""
+    Y"): each in its own unit ("8.00 GiB", "3.91 TiB": never "0.0 TiB",
+    which reads as nothing), with more decimals only where two different
+    numbers would otherwise read the same."""
+    left, right = format_bytes(a), format_bytes(b)
+    if a == b or left != right:
+        return left, right
     name, size = _unit(max(abs(a), abs(b)))
-    if size == 1 or a == b:
-        return format_bytes(a, None if size == 1 else 2), format_bytes(b, None if size == 1 else 2)
-    for decimals in range(1, 7):
+    for decimals in range(3, 7):
         left, right = f"{a / size:.{decimals}f}", f"{b / size:.{decimals}f}"
         if left != right:
             return f"{left} {name}", f"{right} {name}"
