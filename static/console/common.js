@@ -8,15 +8,19 @@
     dash: (v) => (known(v) && v !== "" ? String(v) : DASH),
     pct: (v) => (known(v) ? `${Math.round(v)}%` : DASH),
     num: (v, d = 1) => (known(v) ? Number(v).toFixed(d) : DASH),
+    // As llmgw.units.format_bytes prints them, so a page and the CLI read
+    // alike: binary units with their names, three significant figures.
     bytes(v) {
       if (!known(v)) return DASH;
       const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
       let i = 0;
       let x = Number(v);
       while (Math.abs(x) >= 1024 && i < units.length - 1) { x /= 1024; i++; }
-      return `${x.toFixed(i ? 1 : 0)} ${units[i]}`;
+      if (!i) return `${Math.trunc(x)} B`;
+      const digits = Math.abs(x) < 10 ? 2 : Math.abs(x) < 100 ? 1 : 0;
+      return `${x.toFixed(digits)} ${units[i]}`;
     },
-    gib: (v) => (known(v) ? `${(v / 2 ** 30).toFixed(1)} GiB` : DASH),
+    gib(v) { return fmt.bytes(v); },
     rate: (bps) => (known(bps) ? (bps >= 1e9 ? `${(bps / 1e9).toFixed(1)} GB/s` : `${(bps / 1e6).toFixed(1)} MB/s`) : DASH),
     age(s) {
       if (!known(s)) return DASH;

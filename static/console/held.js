@@ -36,7 +36,7 @@
         el("td", { class: `state ${r.state}` }, fmt.dash(r.state)),
         el("td", {}, fmt.age(r.age_s)),
         el("td", {}, LG.known(p.cpu_cores) ? `${p.cpu_cores} cores` : LG.DASH),
-        el("td", {}, LG.known(p.memory_gb) ? `${p.memory_gb} GB` : LG.DASH),
+        el("td", {}, LG.known(p.memory_gb) ? `${p.memory_gb} GiB` : LG.DASH),
         el("td", {}, n.gpus && n.gpus.length ? n.gpus.join(", ") : LG.DASH),
       ]);
     }));

@@ -26,7 +26,10 @@ def api_json(b, path):
 
 
 def gib(n):
-    return f"{n / 2**30:.1f} GiB"
+    # The pages print sizes as the CLI does: one rule for every surface.
+    from llmgw.units import format_bytes
+
+    return format_bytes(n)
 
 
 def test_cluster_page_matches_the_api(browser):

@@ -2,15 +2,15 @@
 
 from django import template
 
+from llmgw.units import format_bytes
+
 register = template.Library()
 DASH = "-"
 
 
 @register.filter
 def gib(value: int | None) -> str:
-    if value is None:
-        return DASH
-    return f"{value / 2**30:.1f} GiB"
+    return format_bytes(value)
 
 
 @register.filter
