@@ -10,6 +10,8 @@ HOST=${LLMGW_HOST:-127.0.0.1}
 PORT=${LLMGW_PORT:-8000}
 URL="http://$HOST:$PORT"
 SIM_NODES=${LLMGW_SIM_NODES:-12}
+MIRROR_PORT=${LLMGW_MIRROR_PORT:-8001}
+export LLMGW_MIRROR_URL="http://127.0.0.1:$MIRROR_PORT"
 mkdir -p "$DATA/agent" "$DATA/models" "$DATA/log" "$DATA/mirror"
 
 python manage.py migrate --noinput -v0
@@ -22,7 +24,7 @@ NODE=$(hostname -s)
 if [ ! -s "$DATA/agent/credential" ]; then
   # The credential was lost (or never made): start this node's identity afresh.
   llmgw node revoke "$NODE" >/dev/null 2>&1 || true
-  llmgw node add "$NODE" | sed -n 2p > "$DATA/agent/join-token"
+  (umask 077; llmgw node add "$NODE" 2>/dev/null > "$DATA/agent/join-token")
 fi
 cat > "$DATA/agent/agent.yaml" <<YAML
 server_url: $URL
@@ -76,7 +78,7 @@ llmgw simulate --nodes "$SIM_NODES" --server "$URL" > "$DATA/log/simulate.log" 2
 pids+=($!)
 # The engine mirror (this machine's llama-server, packed like a release)
 # and the tiny model held at one replica, built in the background.
-python -m http.server 8001 --bind 127.0.0.1 --directory "$DATA/mirror" > "$DATA/log/mirror.log" 2>&1 &
+python -m http.server "$MIRROR_PORT" --bind 127.0.0.1 --directory "$DATA/mirror" > "$DATA/log/mirror.log" 2>&1 &
 pids+=($!)
 bash deploy/demo_serving.sh > "$DATA/log/serving.log" 2>&1 &
 KEY_FILE="$DATA/gateway-key"

@@ -19,12 +19,15 @@ def node_command(action: str, name: str) -> int:
     try:
         if action == "add":
             token = services.add_node(name, actor)
-            print(
-                f"node {name} added. Its one-time join token (valid {settings.JOIN_TOKEN_TTL_S // 3600} h):"
-            )
+            # The token alone on stdout, so `llmgw node add NAME > token`
+            # writes a file the agent's join_token_file can read as it is;
+            # the words for the person go to stderr.
+            hours = settings.JOIN_TOKEN_TTL_S // 3600
+            print(f"node {name} added. Its one-time join token (valid {hours} h):", file=sys.stderr)
             print(token)
             print(
-                "Put it in the agent's join_token_file; the agent trades it for its own credential."
+                "Put it in the agent's join_token_file; the agent trades it for its own credential.",
+                file=sys.stderr,
             )
         elif action == "revoke":
             services.revoke_node(name, actor)

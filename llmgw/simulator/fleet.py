@@ -103,6 +103,9 @@ SHAPES["gb200"] = Shape(
     "gb200", "Neoverse-V2", 144, 960 * GiB, ("neon", "sve", "sve2"), "NVIDIA GB200", "GB200-186GB",
     189471 * 2**20, 4, "ib-c", 4, 400.0, "570.124.06", 4 * TiB,
 )  # fmt: skip
+# Engines a GPU node's image carries (agent.yaml `engines:`), beside the
+# ones the control plane has it install.
+IMAGE_ENGINES = ("sglang", "vllm")
 POWER_LIMIT_W = {"h100": 700.0, "a100": 400.0, "gb200": 1200.0}
 NVLINKS = {"h100": 18, "a100": 12, "gb200": 18}
 # The order nodes are dealt in: a mix that shows every case in a small fleet.
@@ -311,8 +314,24 @@ class SimNode:
 
     def engines(self) -> dict[str, Any]:
         """A simulated node has the engines it is asked for, and runs none:
-        its shards stay pending, saying why, so nothing routes to them."""
+        its shards stay pending, saying why, so nothing routes to them.
+
+        A GPU node also has vLLM and SGLang in its image, named the way a
+        real node's agent.yaml names engines it did not install (no
+        version): the example catalog's GPU profiles ask for them, and a
+        demo fleet that could place none of its own example models would
+        show refusals that say nothing about placement."""
         wanted = (self.desired or {}).get("engines") or []
+        image = [
+            {
+                "name": name,
+                "version": None,
+                "status": "installed",
+                "message": "simulated node: in the node's image",
+                "path": f"/opt/{name}/bin/python",
+            }
+            for name in (IMAGE_ENGINES if self.shape.gpus else ())
+        ]
         warnings = []
         if self.shape.arch_x86 and "avx2" not in self.shape.cpu_flags:
             warnings.append(
@@ -332,7 +351,8 @@ class SimNode:
                     "path": None,
                 }
                 for e in wanted
-            ],
+            ]
+            + image,
             "warnings": warnings,
             "shards": [
                 {
