@@ -335,12 +335,26 @@ def cmd_fabrics(api: Api, args: argparse.Namespace) -> str:
                 master,
                 ",".join(standbys) or DASH,
                 f"{f['active_ports']}/{f['ports']}",
+                str(f["down_ports"]),
                 str(len(f["nodes"])),
                 ",".join(p["code"] for p in f["problems"]) or DASH,
             ]
         )
     lines = [
-        table(["FABRIC", "KIND", "NAMES", "MASTER", "STANDBYS", "PORTS", "NODES", "PROBLEMS"], rows)
+        table(
+            [
+                "FABRIC",
+                "KIND",
+                "NAMES",
+                "MASTER",
+                "STANDBYS",
+                "UP/PORTS",
+                "DOWN",
+                "NODES",
+                "PROBLEMS",
+            ],
+            rows,
+        )
     ]
     for f in data["fabrics"]:
         lines += [f"{f['identity']}: {p['message']}" for p in f["problems"]]

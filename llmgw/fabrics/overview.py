@@ -141,8 +141,11 @@ def build() -> dict[str, Any]:
                     for m in f.managers.all()
                 ],
                 "nodes": sorted({p.node.name for p in members}),
+                # Every port seen on the fabric, the down ones too: a dark
+                # node is still cabled to it and still missing from it.
                 "ports": len(members),
                 "active_ports": sum(1 for p in members if p.active),
+                "down_ports": sum(1 for p in members if not p.active),
                 "problems": problems,
                 "master_changes": [
                     {

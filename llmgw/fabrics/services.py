@@ -159,24 +159,27 @@ def observe(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
     seen = []
     for p in data.get("ports") or []:
         fabric = observer.port_fabric(p)
+        fields: dict[str, Any] = {
+            "link_layer": p.get("link_layer") or "",
+            "state": p.get("state") or "",
+            "phys_state": p.get("phys_state") or "",
+            "rate_gbps": p.get("rate_gbps"),
+            "rate_text": p.get("rate_text") or "",
+            "node_guid": p.get("node_guid") or "",
+            "port_guid": p.get("port_guid") or "",
+            "declared_fabric": p.get("fabric") or "",
+            "sm_guid": _guid((p.get("sm") or {}).get("guid")),
+            "roce_network": p.get("roce_network") or "",
+            "updated_at": now,
+        }
+        # A port that went down stays on the fabric it was last seen on (its
+        # cable did not move), so the fabric counts it as down instead of
+        # losing it and its node. Placement and the sweep only ever use
+        # ports that are up; one up with no subnet manager is kept apart.
+        if fabric is not None or is_active(p):
+            fields["physical_fabric"] = fabric
         row, _ = Port.objects.update_or_create(
-            node=node,
-            device=p["device"],
-            port=p["port"],
-            defaults={
-                "link_layer": p.get("link_layer") or "",
-                "state": p.get("state") or "",
-                "phys_state": p.get("phys_state") or "",
-                "rate_gbps": p.get("rate_gbps"),
-                "rate_text": p.get("rate_text") or "",
-                "node_guid": p.get("node_guid") or "",
-                "port_guid": p.get("port_guid") or "",
-                "declared_fabric": p.get("fabric") or "",
-                "sm_guid": _guid((p.get("sm") or {}).get("guid")),
-                "roce_network": p.get("roce_network") or "",
-                "physical_fabric": fabric,
-                "updated_at": now,
-            },
+            node=node, device=p["device"], port=p["port"], defaults=fields
         )
         seen.append(row.pk)
     Port.objects.filter(node=node).exclude(pk__in=seen).delete()

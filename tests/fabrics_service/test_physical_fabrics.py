@@ -203,7 +203,8 @@ def test_ctl_fabrics_shows_managers_problems_and_changes(
         "NAMES",
         "MASTER",
         "STANDBYS",
-        "PORTS",
+        "UP/PORTS",
+        "DOWN",
         "NODES",
         "PROBLEMS",
     ]
@@ -214,6 +215,7 @@ def test_ctl_fabrics_shows_managers_problems_and_changes(
         STANDBY,
         "-",
         "8/8",
+        "0",
         "1",
         "no_standby,recent_failover",
     ]
