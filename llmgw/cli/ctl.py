@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import yaml
 
+from llmgw.units import GiB, format_bytes, format_bytes_pair
+
 DASH = "-"
 
 
@@ -73,21 +75,18 @@ def _words(detail: Any) -> str:
     return json.dumps(detail) if not isinstance(detail, str) else detail
 
 
-def human_bytes(value: int | None) -> str:
-    if value is None:
-        return DASH
-    size = float(value)
-    for unit in ("B", "K", "M", "G", "T", "P"):
-        if size < 1024 or unit == "P":
-            return f"{size:.0f}{unit}" if unit in ("B", "K") or size >= 100 else f"{size:.1f}{unit}"
-        size /= 1024
-    return DASH
+def free_of_total(free: int | None, total: int | None) -> str:
+    """Free of total ("600 GiB/1000 GiB"), printed as a pair so that 999.9
+    of 1000 GiB free never reads as all of it."""
+    if free is None or total is None:
+        return f"{format_bytes(free)}/{format_bytes(total)}"
+    return "/".join(format_bytes_pair(free, total))
 
 
-def free_of_total(disk: dict[str, int] | None) -> str:
+def disk_text(disk: dict[str, int] | None) -> str:
     if not disk:
         return DASH
-    return f"{human_bytes(disk['free_bytes'])}/{human_bytes(disk['total_bytes'])}"
+    return free_of_total(disk.get("free_bytes"), disk.get("total_bytes"))
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -109,8 +108,8 @@ def node_row(node: dict[str, Any]) -> list[str]:
         node["name"],
         state,
         cpus,
-        human_bytes(node.get("memory_total_bytes")),
-        free_of_total(node.get("disk_local")),
+        format_bytes(node.get("memory_total_bytes")),
+        disk_text(node.get("disk_local")),
         gpu_text,
         labels,
     ]
@@ -167,7 +166,7 @@ def cmd_node(api: Api, args: argparse.Namespace) -> str:
                 f["mount"],
                 f["fstype"],
                 "shared" if f["shared"] else "local",
-                f"{human_bytes(f['free_bytes'])}/{human_bytes(f['total_bytes'])}",
+                free_of_total(f["free_bytes"], f["total_bytes"]),
             ]
             for f in fs
         ]
@@ -218,7 +217,7 @@ def cmd_status(api: Api, args: argparse.Namespace) -> str:
             if any(n.get("cpus") is None for n in nodes)
             else ""
         ),
-        f"memory    {human_bytes(sum(known_mem)) if known_mem else DASH}",
+        f"memory    {format_bytes(sum(known_mem)) if known_mem else DASH}",
         "gpus      " + (", ".join(f"{count}x{cls}" for cls, count in sorted(gpus.items())) or DASH),
     ]
     holders: dict[str, set[str]] = {}
@@ -266,7 +265,7 @@ def render_explanation(data: dict[str, Any]) -> str:
             extra = f" adapters {','.join(s['adapters'])}" if s["adapters"] else ""
             lines.append(
                 f"  {s['node']}: GPUs {gpus}, {s['cpu_cores']} cores, "
-                f"{s['memory_bytes'] / 1e9:g} GB{extra}"
+                f"{format_bytes(s['memory_bytes'])}{extra}"
             )
     else:
         lines.append(f"{data['model']}: cannot be placed")
@@ -300,12 +299,18 @@ def cmd_place(api: Api, args: argparse.Namespace) -> str:
     return render_explanation(data)
 
 
+def profile_memory(profile: dict[str, Any]) -> str:
+    # The catalog's memory_gb is in GiB.
+    gb = profile.get("memory_gb")
+    return format_bytes(None if gb is None else gb * GiB)
+
+
 def cmd_model(api: Api, args: argparse.Namespace) -> str:
     if args.action == "resources":
         body = {"memory_gb": args.memory_gb, "cpu_cores": args.cpu_cores, "profile": args.profile}
         model = api.call("POST", f"/api/v1/models/{args.model}/resources", body)
         return "\n".join(
-            f"{model['name']}/{p['name']}: memory {p['memory_gb']:g} GB, {p['cpu_cores']} cores"
+            f"{model['name']}/{p['name']}: memory {profile_memory(p)}, {p['cpu_cores']} cores"
             for p in model["profiles"]
         )
     body = {
@@ -463,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_sub = p.add_subparsers(dest="action", required=True)
     q = model_sub.add_parser("resources", help="set the declared memory and cores")
     q.add_argument("model")
-    q.add_argument("--memory-gb", type=float)
+    q.add_argument("--memory-gb", type=float, help="in GiB")
     q.add_argument("--cpu-cores", type=int)
     q.add_argument("--profile", help="only this profile (default: all of the model's)")
     q.set_defaults(func=cmd_model)

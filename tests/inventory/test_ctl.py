@@ -16,6 +16,19 @@ def ctl_env(live_server, operator, monkeypatch, tmp_path):
     monkeypatch.setenv("LLMGW_CONFIG", str(tmp_path / "absent.yaml"))
 
 
+def columns(out: str) -> dict[str, dict[str, str]]:
+    """A table's rows by their first cell, each cell under its header: cells
+    may hold spaces ("1.48 TiB"), so columns are cut where headers start."""
+    header, *lines = out.split("\n\n")[0].splitlines()
+    names = header.split()
+    starts = [header.index(n) for n in names] + [None]
+    rows = {}
+    for line in lines:
+        cells = [line[a:b].strip() for a, b in zip(starts, starts[1:], strict=False)]
+        rows[cells[0]] = dict(zip(names, cells, strict=True))
+    return rows
+
+
 def run(capsys, *argv: str) -> tuple[int, str, str]:
     code = ctl.main(list(argv))
     out, err = capsys.readouterr()
@@ -35,11 +48,19 @@ def test_ctl_nodes_shows_dashes_for_unknown(make_node, agent_client, ctl_env, ca
 
     code, out, _ = run(capsys, "nodes")
     assert code == 0
-    lines = out.splitlines()
-    assert lines[0].split() == ["NAME", "STATE", "CPUS", "MEM", "DISK", "GPUS", "LABELS"]
-    rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert rows["gpu-1"] == ["gpu-1", "Ready", "192", "1.5T", "600G/1000G", "-", "llmgw.io/rack=r1"]
-    assert rows["old-agent"] == ["old-agent", "Ready", "-", "-", "-", "-", "-"]
+    rows = columns(out)
+    assert list(rows["gpu-1"]) == ["NAME", "STATE", "CPUS", "MEM", "DISK", "GPUS", "LABELS"]
+    # Binary units with their names: 1623497637888 bytes is 1.48 TiB.
+    assert list(rows["gpu-1"].values()) == [
+        "gpu-1",
+        "Ready",
+        "192",
+        "1.48 TiB",
+        "600 GiB/1000 GiB",
+        "-",
+        "llmgw.io/rack=r1",
+    ]
+    assert list(rows["old-agent"].values()) == ["old-agent", "Ready", "-", "-", "-", "-", "-"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -65,3 +86,56 @@ def test_ctl_says_what_is_missing(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("LLMGW_CONFIG", str(tmp_path / "cli.yaml"))
     code, _, err = run(capsys, "nodes")
     assert code == 1 and "LLMGW_URL" in err
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ctl_node_and_status_name_their_units(make_node, agent_client, ctl_env, capsys):
+    _, credential = make_node("gpu-1")
+    agent_client(credential).post("register", registration("gpu-1"))
+    agent_client(credential).post("heartbeat", heartbeat("gpu-1"))
+    _, out, _ = run(capsys, "node", "gpu-1")
+    assert "600 GiB/1000 GiB" in out and "500 TiB/900 TiB" in out
+    _, out, _ = run(capsys, "status")
+    assert "memory    1.48 TiB" in out
+    # Free and total that round alike on their own are printed apart.
+    almost = heartbeat("gpu-1")
+    almost["filesystems"][0]["free_bytes"] = 1000 * 2**30 - 2**26
+    agent_client(credential).post("heartbeat", almost)
+    free, total = columns(run(capsys, "nodes")[1])["gpu-1"]["DISK"].split("/")
+    assert free != total and free.endswith(" GiB") and total.endswith(" GiB")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ctl_model_resources_prints_gib(ctl_env, capsys):
+    from llmgw.catalog import services as catalog
+
+    catalog.apply_text(
+        "models:\n  - name: m\n    source: hf://x/m\n    profiles:\n"
+        "      - name: cpu\n        memory_gb: 8\n        cpu_cores: 2\n"
+    )
+    code, out, err = run(capsys, "model", "resources", "m", "--memory-gb", "1.5")
+    assert code == 0, err
+    assert out.strip() == "m/cpu: memory 1.50 GiB, 2 cores"
+
+
+def test_explanation_prints_a_shard_memory_in_gib():
+    text = ctl.render_explanation(
+        {
+            "model": "m",
+            "decision": {
+                "profile": "cpu",
+                "fabric": None,
+                "shards": [
+                    {
+                        "node": "cpu-1",
+                        "gpus": [],
+                        "cpu_cores": 4,
+                        "memory_bytes": 15 * 2**30,
+                        "adapters": [],
+                    }
+                ],
+            },
+            "attempts": [],
+        }
+    )
+    assert "cpu-1: GPUs -, 4 cores, 15.0 GiB" in text
