@@ -20,6 +20,21 @@ def _django() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        # Flushed here, not at exit, where a failure is only a traceback.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader left (`llmgw ctl nodes | head -1`): not an error worth a
+        # traceback. Point stdout at /dev/null so the interpreter's last
+        # flush of what is still buffered does not raise again, and exit as
+        # a command killed by SIGPIPE does (128 + 13).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="llmgw", description="llmgw control plane")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from rest_framework.authtoken.models import Token
 
@@ -139,3 +144,30 @@ def test_explanation_prints_a_shard_memory_in_gib():
         }
     )
     assert "cpu-1: GPUs -, 4 cores, 15.0 GiB" in text
+
+
+def test_ctl_into_a_closed_pipe_exits_without_a_traceback(asgi_server, operator, tmp_path):
+    """`llmgw ctl nodes | head -1` once head has exited: the installed
+    command, in a process of its own, against a real server. The pipe's
+    reading end is closed before it starts, so its write always fails."""
+    from llmgw.inventory import services
+
+    for i in range(3):
+        services.add_node(f"n{i}", "test")
+    env = {
+        **os.environ,
+        "LLMGW_URL": asgi_server,
+        "LLMGW_TOKEN": Token.objects.create(user=operator).key,
+        "LLMGW_CONFIG": str(tmp_path / "absent.yaml"),
+    }
+    llmgw = Path(sys.executable).with_name("llmgw")
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [str(llmgw), "ctl", "nodes"], stdout=write, stderr=subprocess.PIPE, env=env, timeout=60
+        )
+    finally:
+        os.close(write)
+    assert done.stderr.decode() == ""
+    assert done.returncode == 141
