@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import time
 
+import httpx
 import pytest
 from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
@@ -12,6 +14,7 @@ from rest_framework.test import APIClient
 from llmgw.catalog.models import Model
 from llmgw.cli import ctl
 from llmgw.serving.models import ApiKey
+from tests.serving.gateway_peers import gateway_server  # noqa: F401
 
 
 @pytest.fixture
@@ -121,3 +124,48 @@ def test_admin_lists_and_revokes_but_never_makes_keys(client, models):
     assert answer.status_code == 302
     created.api_key.refresh_from_db()
     assert created.api_key.revoked_at is not None
+
+
+def test_a_new_key_is_accepted_at_once_and_a_revoked_one_refused_within_2_s(
+    asgi_server, operator, monkeypatch, capsys
+):
+    """Through the real server, with the gateway's own refresh loops: the
+    key `keys create` prints works on the very next request."""
+    Model.objects.create(name="tiny", source="hf://x/tiny")
+    monkeypatch.setenv("LLMGW_URL", asgi_server)
+    monkeypatch.setenv("LLMGW_TOKEN", Token.objects.create(user=operator).key)
+    # The gateway loads its table now, before any of these keys exist.
+    assert httpx.get(asgi_server + "/v1/models").status_code == 401
+
+    def models(key: str) -> httpx.Response:
+        return httpx.get(asgi_server + "/v1/models", headers={"authorization": f"Bearer {key}"})
+
+    made = []
+    for i in range(3):
+        assert ctl.main(["keys", "create", f"ci-{i}", "--models", "tiny"]) == 0
+        key = capsys.readouterr().out.strip().splitlines()[-1]
+        answer = models(key)
+        assert answer.status_code == 200, f"key {i}: {answer.status_code} {answer.text}"
+        assert [m["id"] for m in answer.json()["data"]] == ["tiny"]
+        made.append(key)
+
+    assert ctl.main(["keys", "revoke", "ci-0"]) == 0
+    revoked = time.monotonic()
+    while models(made[0]).status_code == 200:
+        assert time.monotonic() - revoked < 2.0, "a revoked key still accepted after 2 s"
+        time.sleep(0.05)
+    assert models(made[0]).status_code == 401
+    assert models(made[1]).status_code == 200
+
+
+def test_a_stranger_key_costs_one_lookup_however_often_it_is_sent(gateway_server):  # noqa: F811
+    """A key that is not in the table is looked up in the database once:
+    keys are 256 random bits made here, so one absent now never appears."""
+    Model.objects.create(name="tiny", source="hf://x/tiny")
+    gateway_server.refresh()
+    for _ in range(5):
+        answer = httpx.get(
+            gateway_server.url + "/v1/models", headers={"authorization": "Bearer sk-llmgw-nope"}
+        )
+        assert answer.status_code == 401
+    assert gateway_server.gateway.key_lookups == 1

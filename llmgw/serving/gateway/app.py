@@ -1,6 +1,7 @@
 """The gateway's ASGI app: authenticate, route, proxy.
 
-Per request: a SHA-256 and a dictionary lookup for the key, a partial JSON
+Per request: a SHA-256 and a dictionary lookup for the key (one made since
+the table loaded is looked up in the database once), a partial JSON
 decode for "model" and "stream" (msgspec, skipping the rest), the least
 loaded ready replica, and aiohttp to the engine (measured here at about a
 ninth of httpx's CPU per request). Bodies pass through untouched; a stream
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -41,6 +43,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 PROXIED = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 MAX_BODY_BYTES = 32 * 1024 * 1024
 RETRY_AFTER_S = 5
+# Unknown keys looked up in one query, at most.
+LOOKUP_BATCH = 1000
 UPSTREAM_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
 _UPSTREAM_HEADERS = {"Content-Type": "application/json"}
 _STALE_CONNECTION = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
@@ -71,7 +75,8 @@ class Gateway:
         self,
         *,
         route_refresh_s: float = 1.0,
-        key_refresh_s: float = 2.0,
+        # A revoked key is refused within this (and one route refresh).
+        key_refresh_s: float = 1.0,
         scrape_s: float = 3.0,
         stale_s: float = 15.0,
         publish_s: float = 1.0,
@@ -96,6 +101,14 @@ class Gateway:
         self.retries = 0
         self._refused: dict[str, int] = {}
         self._used_keys: set[int] = set()
+        # Digests looked up in the database since the table last loaded,
+        # awaiting one shared query; and digests no key has (a key is 256
+        # random bits made by this control plane: a digest absent now is
+        # absent for good, so a client retrying a wrong key costs one query).
+        self._missing: dict[str, asyncio.Future[KeyScope | None]] = {}
+        self._lookup: asyncio.Task[None] | None = None
+        self._strangers: set[str] = set()
+        self.key_lookups = 0
         self._touched_at = 0.0
         self._session: aiohttp.ClientSession | None = None
         self._fresh: aiohttp.ClientSession
@@ -143,10 +156,11 @@ class Gateway:
 
     async def stop(self) -> None:
         """Stop the loops and close connections; `start` may follow, on another loop."""
-        for task in self._tasks:
+        tasks = self._tasks + ([self._lookup] if self._lookup is not None else [])
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks, self._lookup, self._missing = [], None, {}
         if self._session is not None:
             await self._session.close()
             await self._fresh.close()
@@ -252,13 +266,61 @@ class Gateway:
                 "unknown_url",
             )
 
-    def _key(self, scope: Scope) -> KeyScope | None:
+    async def _key(self, scope: Scope) -> KeyScope | None:
         for name, value in scope["headers"]:
             if name == b"authorization":
                 if value[:7].lower() != b"bearer ":
                     return None
-                return self.keys.get(hashlib.sha256(value[7:].strip()).hexdigest())
+                digest = hashlib.sha256(value[7:].strip()).hexdigest()
+                found = self.keys.get(digest)
+                if found is not None or not self.router.loaded or digest in self._strangers:
+                    return found
+                # Not in the table: perhaps made since it loaded. `keys
+                # create` returning means the key is committed, so the
+                # database says; the next request must not be refused.
+                return await self._look_up(digest)
         return None
+
+    async def _look_up(self, digest: str) -> KeyScope | None:
+        waiting = self._missing.get(digest)
+        if waiting is None:
+            waiting = self._missing[digest] = asyncio.get_running_loop().create_future()
+            if self._lookup is None or self._lookup.done():
+                self._lookup = asyncio.create_task(self._look_up_missing())
+        return await asyncio.shield(waiting)
+
+    async def _look_up_missing(self) -> None:
+        """Every digest missed meanwhile, in one query per round: a flood of
+        wrong keys queues behind one lookup, not one query each."""
+        while self._missing:
+            batch = dict(itertools.islice(self._missing.items(), LOOKUP_BATCH))
+            for digest in batch:
+                del self._missing[digest]
+            started = time.monotonic()
+            self.key_lookups += 1
+            try:
+                found = await self._in_db_thread(snapshot.load_keys, list(batch))
+            except Exception:
+                # Refused as before this lookup existed; never remembered as
+                # a stranger, so the next request asks again.
+                log.exception("gateway: looking up %d key(s) failed", len(batch))
+                for waiting in batch.values():
+                    if not waiting.done():
+                        waiting.set_result(None)
+                continue
+            # A table loaded after this query began is newer (a key revoked
+            # meanwhile is out of it): add to it only what it cannot know.
+            fresh = self.keys_loaded_at <= started
+            for digest, waiting in batch.items():
+                key = found.get(digest)
+                if key is None:
+                    if len(self._strangers) >= 100_000:
+                        self._strangers.clear()  # bounded; a stranger then costs one more query
+                    self._strangers.add(digest)
+                elif fresh:
+                    self.keys[digest] = key
+                if not waiting.done():
+                    waiting.set_result(key)
 
     async def _refuse_key(self, send: Send) -> None:
         if not self.router.loaded:
@@ -280,7 +342,7 @@ class Gateway:
         )
 
     async def _models(self, scope: Scope, send: Send, one: str | None) -> None:
-        key = self._key(scope)
+        key = await self._key(scope)
         if key is None:
             await self._refuse_key(send)
             return
@@ -309,7 +371,7 @@ class Gateway:
         codes[key] = codes.get(key, 0) + 1
 
     async def _proxied(self, scope: Scope, receive: Receive, send: Send) -> None:
-        key = self._key(scope)
+        key = await self._key(scope)
         if key is None:
             await self._refuse_key(send)
             return

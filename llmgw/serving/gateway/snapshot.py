@@ -46,17 +46,25 @@ class Snapshot:
     routes: tuple[Route, ...]
 
 
-def load_keys() -> dict[str, KeyScope]:
+def load_keys(digests: list[str] | None = None) -> dict[str, KeyScope]:
+    """Every active key by its digest; only those of `digests` when given
+    (the gateway asking about keys made since its table loaded)."""
+    keys = ApiKey.objects.filter(revoked_at__isnull=True)
+    scopes = ApiKey.allowed_models.through.objects.filter(apikey__all_models=False)
+    if digests is not None:
+        keys = keys.filter(digest__in=digests)
+        scopes = scopes.filter(apikey__digest__in=digests)
+    # Keys before their models: a key made between the two queries is left
+    # for the next load, never taken in with no models (every model 404).
+    rows = list(keys.values_list("id", "name", "digest", "all_models"))
     scoped: dict[int, set[str]] = {}
-    for key_id, model in ApiKey.allowed_models.through.objects.filter(
-        apikey__revoked_at__isnull=True, apikey__all_models=False
-    ).values_list("apikey_id", "model__name"):
+    for key_id, model in scopes.filter(apikey__revoked_at__isnull=True).values_list(
+        "apikey_id", "model__name"
+    ):
         scoped.setdefault(key_id, set()).add(model)
     return {
         digest: KeyScope(key_id, name, None if all_models else frozenset(scoped.get(key_id, ())))
-        for key_id, name, digest, all_models in ApiKey.objects.filter(
-            revoked_at__isnull=True
-        ).values_list("id", "name", "digest", "all_models")
+        for key_id, name, digest, all_models in rows
     }
 
 
