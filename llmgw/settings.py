@@ -50,6 +50,9 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    # Swagger UI's own files, served from here: an air-gapped site (the ones
+    # `llmgw engine pack` serves) cannot reach a public CDN.
+    "drf_spectacular_sidecar",
     "channels",
     "llmgw.inventory",
     "llmgw.catalog",
@@ -179,6 +182,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # The agent API: a payload larger than this is refused before it is parsed.
