@@ -86,11 +86,34 @@ def store_state(node: Node, gpus: list[dict[str, Any]]) -> None:
 
 
 def store_health(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
-    """Update the cards' wear; returns the node fields to update."""
+    """Update the cards' wear; returns the node fields to update. A card
+    the report leaves out keeps its wear, dated by the last report that had
+    it."""
+    if node.wear_changed_at is not None and node.wear_previously_reported_at is not None:
+        # The cards of the last change were in every report since (else one
+        # would have changed the digest), the last of which came just before
+        # this one: date them by it, then this report's cards by now.
+        Gpu.objects.filter(node=node, health_reported_at__gte=node.wear_changed_at).update(
+            health_reported_at=node.wear_previously_reported_at
+        )
     for sample in data.get("gpus") or []:
         changes = {k: sample[k] for k in WEAR if k in sample}
         if changes:
             Gpu.objects.filter(node=node, index=sample["index"]).update(
                 **changes, health_reported_at=now
             )
-    return {k: data[k] for k in NODE_HEALTH if k in data}
+    return {**{k: data[k] for k in NODE_HEALTH if k in data}, "wear_changed_at": now}
+
+
+def wear_reported_at(gpu: Gpu, node: Node) -> datetime | None:
+    """When the node last reported this card's wear; None if it never did.
+
+    Reports that change nothing touch no Gpu row, only the node's
+    wear_reported_at. They carry the same cards as the last report that
+    did change something (else their digest would differ), so a card that
+    report had is current as of wear_reported_at; a card it left out has
+    not been reported since its own health_reported_at."""
+    at = gpu.health_reported_at
+    if at is None or node.wear_changed_at is None or node.wear_reported_at is None:
+        return at
+    return max(at, node.wear_reported_at) if at >= node.wear_changed_at else at

@@ -79,6 +79,15 @@ class Node(models.Model):
     xids_unattributed = models.JSONField(null=True, blank=True)
     gpu_state_digest = models.CharField(max_length=64, blank=True, default="")
     gpu_health_digest = models.CharField(max_length=64, blank=True, default="")
+    # Wear is a state: a fault reported unchanged every minute must stay
+    # current. The Gpu rows are written only when the wear changes (then
+    # wear_changed_at, and health_reported_at on each card the report
+    # had). Every heartbeat carrying wear sets wear_reported_at, and moves
+    # its old value to wear_previously_reported_at, in the one UPDATE of
+    # the hot path. See gpus.store_health and gpus.wear_reported_at.
+    wear_reported_at = models.DateTimeField(null=True, blank=True)
+    wear_previously_reported_at = models.DateTimeField(null=True, blank=True)
+    wear_changed_at = models.DateTimeField(null=True, blank=True)
     # Engines as the agent reports them; engines_probed None = too old to say.
     engines = models.JSONField(default=list, blank=True)
     engines_probed = models.BooleanField(null=True, blank=True)

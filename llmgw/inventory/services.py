@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from llmgw.console import events as console_events
@@ -200,6 +201,13 @@ def _heartbeat(
     for key in ("engines", "engines_probed", "warnings", "notices"):
         if key in data:
             fields[key] = data[key]
+    health = gpus.health_key(data)
+    if health is not None:
+        # Unchanged wear writes no Gpu row, yet it is as current as the
+        # heartbeat: without this a fault held for minutes would read stale.
+        # The previous time dates the cards a changed report leaves out.
+        fields["wear_previously_reported_at"] = F("wear_reported_at")
+        fields["wear_reported_at"] = now
 
     row = _update_returning(fields, where)
     if row is None:
@@ -239,7 +247,6 @@ def _heartbeat(
         and (digest := _digest(shard_reports.state_key(data["shards"]))) != shards_digest
     ):
         digests["shards_digest"] = digest
-    health = gpus.health_key(data)
     if health is not None and (digest := _digest(health)) != gpu_health:
         digests["gpu_health_digest"] = digest
     if digests or state != NodeState.READY:
@@ -281,6 +288,11 @@ def _update_returning(fields: dict[str, Any], where: dict[str, Any]) -> tuple[An
     sets, params = [], []
     for name, value in fields.items():
         field = opts.get_field(name)
+        if isinstance(value, F):
+            # Another column as it was before this UPDATE: PostgreSQL and
+            # SQLite evaluate every SET expression against the old row.
+            sets.append(f"{quote(field.column)} = {quote(opts.get_field(value.name).column)}")
+            continue
         sets.append(f"{quote(field.column)} = %s")
         params.append(field.get_db_prep_save(value, connection))
     conditions = []

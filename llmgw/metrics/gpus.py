@@ -1,8 +1,15 @@
 """GPU, NVLink, IMEX and host-sensor metrics.
 
-Per-heartbeat samples older than MEASUREMENT_MAX_AGE_S are left out; the
-minute's wear readings are kept for two minutes (they come once a minute).
-A field the agent did not send is absent, never zero.
+Per-heartbeat samples older than MEASUREMENT_MAX_AGE_S are left out. Wear
+(row remaps, XIDs, PCIe replays, NVLink errors, fabric) is a state, read
+once a minute: a card's last known wear is published for as long as its
+node keeps reporting it, however long a fault lasts, so wear alerts stay
+firing. A card whose wear has not been reported for 2 x
+MEASUREMENT_MAX_AGE_S (one missed reading forgiven) has its wear series left
+out like any stale reading, but never silently: llmgw_gpu_wear_age_seconds
+and llmgw_gpu_wear_stale go on saying how old its last reading is, and the
+GpuWearStale alert fires on them. A field the agent did not send is absent,
+never zero.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from llmgw.inventory.gpu_health import hardware_xids
+from llmgw.inventory.gpus import wear_reported_at
 from llmgw.inventory.models import Gpu, Node
 from llmgw.nvlink import domains
 
@@ -44,7 +52,9 @@ def _g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
 class GpuCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = timezone.now()
-        sample_age, wear_age = settings.MEASUREMENT_MAX_AGE_S, 2 * settings.MEASUREMENT_MAX_AGE_S
+        sample_age = settings.MEASUREMENT_MAX_AGE_S
+        # Wear comes once a minute: one missed reading is forgiven.
+        wear_window = 2 * settings.MEASUREMENT_MAX_AGE_S
         m = {
             "info": _g(
                 "llmgw_gpu_info",
@@ -81,6 +91,16 @@ class GpuCollector(Collector):
             "nvlink": _g(
                 "llmgw_gpu_nvlink_errors_total", "NVLink errors", [*GPU, "link", "counter"]
             ),
+            "wear_age": _g(
+                "llmgw_gpu_wear_age_seconds",
+                "Seconds since the node last reported the card's wear",
+                GPU,
+            ),
+            "wear_stale": _g(
+                "llmgw_gpu_wear_stale",
+                "1 if the card's wear is too old to publish (its wear series are left out)",
+                GPU,
+            ),
             "joined": _g(
                 "llmgw_gpu_nvlink_joined",
                 "1 if the card joined its multi-node NVLink domain",
@@ -100,7 +120,13 @@ class GpuCollector(Collector):
         nodes = {
             n.pk: n
             for n in Node.objects.only(
-                "name", "gpu_telemetry", "sensors", "telemetry_at", "imex"
+                "name",
+                "gpu_telemetry",
+                "sensors",
+                "telemetry_at",
+                "imex",
+                "wear_reported_at",
+                "wear_changed_at",
             ).iterator(chunk_size=2000)
         }
         samples: dict[tuple[int, int], dict] = {}
@@ -125,7 +151,13 @@ class GpuCollector(Collector):
             if gpu.ecc_uncorrected is not None:
                 m["ecc"].add_metric(labels, gpu.ecc_uncorrected)
             self._sample(m, labels, samples.get((gpu.node_id, gpu.index)))
-            if _fresh(gpu.health_reported_at, now, wear_age):
+            reported = wear_reported_at(gpu, node)
+            if reported is None:  # never reported: unknown, not stale
+                continue
+            fresh = _fresh(reported, now, wear_window)
+            m["wear_age"].add_metric(labels, max(0.0, (now - reported).total_seconds()))
+            m["wear_stale"].add_metric(labels, 0.0 if fresh else 1.0)
+            if fresh:
                 self._wear(m, labels, gpu)
         yield from m.values()
 
