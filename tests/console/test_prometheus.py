@@ -1,6 +1,7 @@
 """The node page's charts read a real Prometheus: Debian's prometheus
 scrapes the control plane's /metrics with an API token, and the console's
-PromQL proxy returns what it stored."""
+PromQL proxy returns what it stored. The same Prometheus evaluates the
+project's alert rules against what it scraped."""
 
 from __future__ import annotations
 
@@ -8,12 +9,18 @@ import shutil
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+from llmgw_agent.collectors.gpu import collect_gpus
 from rest_framework.authtoken.models import Token
 
+from tests.inventory.test_gpus import A100_PENDING, H100, join_with_gpus
+from tests.inventory.test_wear import beat
 from tests.payloads import heartbeat, registration
+
+ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,7 +38,8 @@ def prometheus(live_server, operator, tmp_path):
     (tmp_path / "token").write_text(Token.objects.create(user=operator).key)
     target = live_server.url.removeprefix("http://")
     (tmp_path / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s}\n"
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: ['{ALERTS}']\n"
         "scrape_configs:\n"
         "  - job_name: llmgw\n"
         f"    authorization: {{type: Bearer, credentials_file: {tmp_path / 'token'}}}\n"
@@ -82,3 +90,72 @@ def test_the_promql_proxy_returns_what_prometheus_scraped(
     assert answer["configured"] is True and answer["status"] == "success"
     [series] = answer["data"]["result"]
     assert series["metric"]["node"] == "gpu-1" and float(series["values"][-1][1]) == 192
+
+
+def firing(prometheus: str, alertname: str) -> dict[tuple[str, str], dict]:
+    """The named alert's firing instances, by node and GPU."""
+    answer = httpx.get(f"{prometheus}/api/v1/alerts", timeout=5).json()
+    return {
+        (a["labels"]["node"], a["labels"]["gpu"]): a
+        for a in answer["data"]["alerts"]
+        if a["labels"]["alertname"] == alertname and a["state"] == "firing"
+    }
+
+
+def test_a_held_fault_keeps_its_alert_and_a_card_gone_quiet_raises_one(
+    prometheus, make_node, agent_client, settings
+):
+    # Wear is stale after two readings' worth of silence: two seconds here,
+    # so the fault below outlasts the window several times over.
+    settings.MEASUREMENT_MAX_AGE_S = 1
+    window = 2 * settings.MEASUREMENT_MAX_AGE_S
+    a100, a100_roots, a100_clock = join_with_gpus(make_node, agent_client, "a100-1", A100_PENDING)
+    dgx, dgx_roots, dgx_clock = join_with_gpus(make_node, agent_client, "dgx-1", H100)
+    [pending] = [
+        str(g["index"])
+        for g in collect_gpus(a100_roots)["gpus"]
+        if (g.get("remapped_rows") or {}).get("pending")
+    ]
+    dropped: set[int] = set()
+
+    def report() -> None:
+        # A minute of agent time per beat: each one brings the minute's wear
+        # readings, the same pending remap and XID every time.
+        for agent, name, roots, clock, kw in (
+            (a100, "a100-1", a100_roots, a100_clock, {"xid_on": int(pending)}),
+            (dgx, "dgx-1", dgx_roots, dgx_clock, {"drop": min(dropped, default=None)}),
+        ):
+            clock.t += 50
+            assert agent.post("heartbeat", beat(name, roots, clock, **kw)).status_code == 200
+
+    def report_until(found, seconds: float, what: str):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            report()
+            if answer := found():
+                return answer
+            time.sleep(0.5)
+        raise AssertionError(f"Prometheus never showed {what}")
+
+    remap = ("a100-1", pending)
+    first = report_until(
+        lambda: firing(prometheus, "GpuRowRemapPendingOrFailed").get(remap),
+        60,
+        "the pending row remap alert",
+    )
+    held_until = time.monotonic() + 4 * window
+    while time.monotonic() < held_until:
+        report()
+        time.sleep(0.5)
+    now = firing(prometheus, "GpuRowRemapPendingOrFailed").get(remap)
+    # Firing since the first report: it never resolved and fired again.
+    assert now is not None, "the alert resolved while the card still reported the fault"
+    assert now["activeAt"] == first["activeAt"]
+    assert not firing(prometheus, "GpuWearStale"), "every card is reporting its wear"
+
+    dropped.add(5)  # the agent can no longer read card 5's wear
+    report_until(
+        lambda: firing(prometheus, "GpuWearStale").get(("dgx-1", "5")), 30, "card 5's stale wear"
+    )
+    assert set(firing(prometheus, "GpuWearStale")) == {("dgx-1", "5")}
+    assert firing(prometheus, "GpuRowRemapPendingOrFailed")[remap]["activeAt"] == first["activeAt"]
