@@ -89,37 +89,51 @@ def engine_view(engines: list[dict] | None) -> tuple[frozenset[str], str]:
     return frozenset(installed), status
 
 
-UNVERIFIED = "unverified"
+def unverified(devices: list[str], why: str) -> str:
+    are = "is" if len(devices) == 1 else "are"
+    return f"cannot say which physical fabric {', '.join(sorted(set(devices)))} {are} on: {why}"
+
+
+def unverified_why(port: Port) -> str:
+    # The two ways an active port has no physical fabric (fabrics.services).
+    if port.link_layer == "Ethernet":
+        return "it has no RoCE v2 address"
+    return "no subnet manager answered"
 
 
 def fabric_view(node: Node, ports: list[Port]) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
     """The node's fabrics as placement divides them: each declared name split
     by physical fabric ("ib-a@0x..."), so a replica forms on one part only.
-    A node whose adapters for one name sit on two fabrics is refused for it;
-    one that cannot say (no subnet manager answer, or an agent that never
-    reported ports) is kept apart from those that can ("ib-a@unverified")."""
+
+    A node whose adapters for one name sit on two fabrics is refused for it,
+    and so is one that cannot say which fabric they are on (no subnet manager
+    answered, or no heartbeat has reported its ports): two such nodes may sit
+    on two fabrics, and a replica across them hangs at its first collective.
+    Only multi-node replicas read this; single-node placement ignores it."""
     declared = {f["name"]: tuple(f.get("adapters") or ()) for f in node.fabrics or []}
     if node.active_fabrics is None:
-        return {
-            f"{name}@{UNVERIFIED}": adapters for name, adapters in declared.items() if adapters
-        }, {}
+        why = "no heartbeat has reported its ports yet"
+        return {}, {name: unverified(list(a), why) for name, a in declared.items() if a}
     views: dict[str, tuple[str, ...]] = {}
     problems: dict[str, str] = {}
     for name in node.active_fabrics:
         active = [p for p in ports if p.declared_fabric == name and p.active]
         parts: dict[str, list[str]] = defaultdict(list)
+        unknown: dict[str, list[str]] = defaultdict(list)
         for p in active:
-            identity = p.physical_fabric.identity if p.physical_fabric else UNVERIFIED
-            parts[identity].append(p.device)
-        verified = {k: v for k, v in parts.items() if k != UNVERIFIED}
-        if len(verified) > 1:
-            where = "; ".join(f"{', '.join(sorted(v))} on {k}" for k, v in sorted(verified.items()))
-            problems[name] = f"its adapters for {name} sit on {len(verified)} fabrics ({where})"
-        elif verified:
-            ((identity, devices),) = verified.items()
-            views[f"{name}@{identity}"] = tuple(sorted(set(devices)))
+            if p.physical_fabric is not None:
+                parts[p.physical_fabric.identity].append(p.device)
+            else:
+                unknown[unverified_why(p)].append(p.device)
+        if len(parts) > 1:
+            where = "; ".join(f"{', '.join(sorted(v))} on {k}" for k, v in sorted(parts.items()))
+            problems[name] = f"its adapters for {name} sit on {len(parts)} fabrics ({where})"
         elif parts:
-            views[f"{name}@{UNVERIFIED}"] = tuple(sorted(set(parts[UNVERIFIED])))
+            # Its unverified adapters are left out: the replica uses the others.
+            ((identity, devices),) = parts.items()
+            views[f"{name}@{identity}"] = tuple(sorted(set(devices)))
+        elif unknown:
+            problems[name] = "; ".join(unverified(d, why) for why, d in sorted(unknown.items()))
     return views, problems
 
 

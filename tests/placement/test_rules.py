@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
+from llmgw.fabrics.models import PhysicalFabric, Port
+from llmgw.inventory.models import Node
 from llmgw.placement.scheduler import Inventory, apply_to_views, headroom, place
-from llmgw.placement.types import GB, Reason
+from llmgw.placement.snapshot import fabric_view
+from llmgw.placement.types import GB, NodeView, Reason
 
 from .helpers import cpu_node, cpu_profile, gpu_node, gpu_profile
 
@@ -330,3 +336,146 @@ def test_an_explanation_read_late_explains_the_state_decided_on() -> None:
     # Read only now: b was still an alternative when a was chosen.
     assert reasons(first)["b"][0] is Reason.NOT_PREFERRED
     assert "profile gpu (priority 0): placed" in first.explanation.render()
+
+
+# -- Physical fabrics: a multi-node replica only on a verified one ---------
+
+A, B = "0x0000000000100001", "0x0000000000200001"
+NO_SM = "no subnet manager answered"
+
+
+def fabric_node(
+    name: str, *ports: tuple[str, str | None], link: str = "InfiniBand", **kw: Any
+) -> NodeView:
+    """A GPU node on declared fabric ib-a, its ports as the snapshot reads
+    them: (device, physical fabric identity, or None when unverified)."""
+    node = Node(
+        name=name,
+        fabrics=[{"name": "ib-a", "adapters": [d for d, _ in ports]}],
+        active_fabrics=None if kw.pop("no_heartbeat", False) else ["ib-a"],
+    )
+    rows = [
+        Port(
+            device=device,
+            port=1,
+            state="ACTIVE",
+            phys_state="LinkUp",
+            link_layer=link,
+            declared_fabric="ib-a",
+            physical_fabric=PhysicalFabric(identity=identity) if identity else None,
+        )
+        for device, identity in ports
+    ]
+    fabrics, problems = fabric_view(node, rows)
+    return gpu_node(name, fabrics=fabrics, fabric_problems=problems, **kw)
+
+
+HELD = frozenset({"m"})
+FABRIC_TABLE = [
+    pytest.param(
+        # The unverified pair holds the weights and would win on every other
+        # count; its shards might sit on two fabrics and hang at the first collective.
+        lambda: [
+            fabric_node("u1", ("mlx5_0", None), holds_weights=HELD),
+            fabric_node("u2", ("mlx5_0", None), holds_weights=HELD),
+            fabric_node("v1", ("mlx5_0", A)),
+            fabric_node("v2", ("mlx5_0", A)),
+        ],
+        {},
+        {"v1", "v2"},
+        {
+            "u1": f"u1 cannot be used across nodes: cannot say which physical fabric mlx5_0 is on: {NO_SM}"
+        },
+        id="a-verified-group-fits",
+    ),
+    pytest.param(
+        lambda: [fabric_node("u1", ("mlx5_0", None)), fabric_node("u2", ("mlx5_0", None))],
+        {"fabric": "ib-a"},
+        None,
+        {
+            "u2": f"u2 cannot be used across nodes: cannot say which physical fabric mlx5_0 is on: {NO_SM}"
+        },
+        id="only-unverified-nodes",
+    ),
+    pytest.param(
+        lambda: [
+            fabric_node("u1", ("mlx5_0", None), ("mlx5_1", None)),
+            fabric_node("v1", ("mlx5_0", A)),
+        ],
+        {},
+        None,
+        {
+            "u1": f"u1 cannot be used across nodes: cannot say which physical fabric mlx5_0, mlx5_1 are on: {NO_SM}"
+        },
+        id="two-unverified-adapters",
+    ),
+    pytest.param(
+        lambda: [
+            fabric_node("r1", ("mlx5_0", None), link="Ethernet"),
+            fabric_node("v1", ("mlx5_0", A)),
+            fabric_node("v2", ("mlx5_0", A)),
+        ],
+        {},
+        {"v1", "v2"},
+        {
+            "r1": "r1 cannot be used across nodes: cannot say which physical fabric mlx5_0 is on: it has no RoCE v2 address"
+        },
+        id="roce-without-an-address",
+    ),
+    pytest.param(
+        lambda: [
+            fabric_node("new", ("mlx5_0", None), no_heartbeat=True),
+            fabric_node("v1", ("mlx5_0", A)),
+            fabric_node("v2", ("mlx5_0", A)),
+        ],
+        {},
+        {"v1", "v2"},
+        {
+            "new": "new cannot be used across nodes: cannot say which physical fabric mlx5_0 "
+            "is on: no heartbeat has reported its ports yet"
+        },
+        id="ports-never-reported",
+    ),
+    pytest.param(
+        # A verified adapter is enough: the replica uses only the verified ones.
+        lambda: [
+            fabric_node("half", ("mlx5_0", A), ("mlx5_1", None)),
+            fabric_node("v1", ("mlx5_0", A)),
+        ],
+        {},
+        {"half", "v1"},
+        {},
+        id="half-verified-node",
+    ),
+    pytest.param(
+        lambda: [fabric_node("a1", ("mlx5_0", A)), fabric_node("b1", ("mlx5_0", B))],
+        {},
+        None,
+        {"a1": f"a1 fits, but ib-a@{A} has 1 node that fit, needs 2"},
+        id="two-physical-fabrics-never-mix",
+    ),
+]
+
+
+@pytest.mark.parametrize(("nodes", "extra", "chosen", "refused"), FABRIC_TABLE)
+def test_multi_node_replicas_form_only_on_verified_fabrics(
+    nodes: Callable[[], list[NodeView]],
+    extra: dict[str, Any],
+    chosen: set[str] | None,
+    refused: dict[str, str],
+) -> None:
+    views = nodes()
+    result = place("m", [gpu_profile(gpus=8, tp=8, nodes_per_replica=2, **extra)], views)
+    d = result.decision
+    assert (set(d.nodes) if d else None) == chosen
+    if d is not None:
+        assert d.fabric == f"ib-a@{A}" and all(s.adapters == ("mlx5_0",) for s in d.shards)
+    got = reasons(result)
+    assert {n: got[n][1] for n in refused} == refused
+
+
+def test_an_unverified_node_still_takes_single_node_replicas() -> None:
+    views = [fabric_node("u1", ("mlx5_0", None)), fabric_node("v1", ("mlx5_0", A), allocated=(0,))]
+    assert views[0].fabric_problems and not views[0].fabrics
+    d = place("m", [gpu_profile(gpus=8)], views).decision
+    assert d is not None and d.nodes == ("u1",) and d.shards[0].adapters == ()
