@@ -55,7 +55,7 @@ def report(agent, states: dict[str, str], **extra) -> dict:
             "generation": 1,
             "message": extra.get("message", ""),
             "cpu_cores": 0.9,
-            "memory_bytes": 3 * 10**9,
+            "memory_bytes": extra.get("memory_bytes", 3 * 10**9),
         }
         for i, (sid, st) in enumerate(sorted(states.items()))
     ]
@@ -84,8 +84,27 @@ def test_reports_make_replicas_ready_and_the_api_shows_measured_against_reserved
     [first, _] = model["replicas"]
     assert first["nodes"][0]["state"] == "ready" and first["nodes"][0]["memory_bytes"] == 3 * 10**9
     assert first["warnings"] == [
-        "cpu-1: uses 3.0 GB of memory, reserved 2.0 GB; raise it with llmgw ctl model resources"
+        "cpu-1: uses 2.79 GiB of memory, reserved 2.00 GiB; raise it with llmgw ctl model resources"
     ]
+
+
+@pytest.mark.parametrize(
+    ("memory_gb", "used", "says"),
+    [
+        # The operator's report: 90.8 MiB against 50 read "0.1 GB, reserved 0.1 GB".
+        (50 / 1024, int(90.8 * 2**20), "uses 90.8 MiB of memory, reserved 50.0 MiB"),
+        # memory_gb is GiB; digits until the two numbers differ.
+        (2, 2 * 2**30 + 2**22, "uses 2.004 GiB of memory, reserved 2.000 GiB"),
+    ],
+)
+def test_a_memory_warning_reads_two_different_numbers_differently(node, api, memory_gb, used, says):
+    catalog.set_resources("tiny", memory_gb=memory_gb, cpu_cores=None)
+    reconciler.reconcile_all()
+    ids = [s["id"] for s in report(node, {})["desired"]["shards"]]
+    report(node, {sid: "ready" for sid in ids}, memory_bytes=used)
+    [first, _] = api.get("/api/v1/models/tiny").json()["replicas"]
+    assert first["nodes"][0]["reserved_memory_bytes"] == int(memory_gb * 2**30)
+    assert first["warnings"] == [f"cpu-1: {says}; raise it with llmgw ctl model resources"]
 
 
 def test_a_failed_replica_is_released_whole_and_replaced(node):

@@ -7,6 +7,7 @@ from rest_framework import serializers
 
 from llmgw.catalog.models import Model, Profile
 from llmgw.serving.models import Replica
+from llmgw.units import GiB, format_bytes, format_bytes_pair
 
 
 class ProfileSerializer(serializers.ModelSerializer):
@@ -28,9 +29,6 @@ class ProfileSerializer(serializers.ModelSerializer):
             "node_selector",
             "fabric",
         ]
-
-
-GB = 10**9
 
 
 def measured(shard: Any) -> dict[str, Any]:
@@ -80,7 +78,8 @@ class ReplicaSerializer(serializers.ModelSerializer):
                     "cpu_cores": m.get("cpu_cores"),
                     "memory_bytes": m.get("memory_bytes"),
                     "reserved_cores": profile.cpu_cores or None,
-                    "reserved_memory_bytes": int(profile.memory_gb * GB)
+                    # memory_gb is GiB, as everywhere (llmgw.units).
+                    "reserved_memory_bytes": int(profile.memory_gb * GiB)
                     if profile.memory_gb
                     else None,
                 }
@@ -94,12 +93,13 @@ class ReplicaSerializer(serializers.ModelSerializer):
         for node in self.get_nodes(replica):
             reserved, used = node["reserved_memory_bytes"], node["memory_bytes"]
             if reserved is not None and used is not None and used > reserved:
+                uses, of = format_bytes_pair(used, reserved)
                 out.append(
-                    f"{node['node']}: uses {used / GB:.1f} GB of memory, reserved {reserved / GB:.1f} GB; "
+                    f"{node['node']}: uses {uses} of memory, reserved {of}; "
                     "raise it with llmgw ctl model resources"
                 )
             elif reserved is None and used is not None:
-                out.append(f"{node['node']}: uses {used / GB:.1f} GB of memory and reserves none")
+                out.append(f"{node['node']}: uses {format_bytes(used)} of memory and reserves none")
             cores, busy = node["reserved_cores"], node["cpu_cores"]
             if cores is not None and busy is not None and busy > cores * 1.1:
                 out.append(f"{node['node']}: busy on {busy:.1f} cores, reserved {cores}")
