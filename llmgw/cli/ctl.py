@@ -254,6 +254,15 @@ def render_explanation(data: dict[str, Any]) -> str:
     lines = []
     if data.get("dry_run"):
         lines.append(f"{data['model']}: never placed; this is what placement would decide now")
+    elif data.get("made_at"):
+        lines.append(f"made {data['made_at']} ({ago(data.get('age_s'))} ago)")
+    replica = data.get("placed_replica")
+    if replica and (replica["released"] or replica["state"] == "failed"):
+        fate = "has been released" if replica["released"] else "has failed"
+        lines.append(
+            f"replica #{replica['id']}, placed by this attempt, {fate}: "
+            "below is the decision as made then, not where the model runs now"
+        )
     decision = data.get("decision")
     if decision:
         where = f" across {decision['fabric']}" if decision.get("fabric") else ""
@@ -278,6 +287,16 @@ def render_explanation(data: dict[str, Any]) -> str:
             )
             lines.extend(f"    {n['message']}" for n in reason["nodes"])
     return "\n".join(lines)
+
+
+def ago(seconds: float | None) -> str:
+    if seconds is None:
+        return DASH
+    whole = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if whole >= size:
+            return f"{whole // size}{unit}"
+    return f"{whole}s"
 
 
 def cmd_explain(api: Api, args: argparse.Namespace) -> str:

@@ -10,9 +10,11 @@ hand-out even if a path ever bypasses the lock.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
+from django.utils import timezone
 
 from llmgw.catalog.models import Model
 from llmgw.inventory.models import Node
@@ -20,6 +22,7 @@ from llmgw.placement import scheduler
 from llmgw.placement.snapshot import leaf_name, node_views, profile_view
 from llmgw.placement.types import Decision, Placement
 from llmgw.serving import desired
+from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import GpuClaim, PlacementRecord, Replica, Shard
 
 _LOCK_KEY = 0x6C6C6D67  # "llmg"
@@ -133,10 +136,8 @@ def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
             model.name, [profile_view(p) for p in profiles.values()], node_views()
         )
         data = explanation_data(placement)
-        PlacementRecord.objects.update_or_create(
-            model=model, defaults={"placed": placement.decision is not None, "explanation": data}
-        )
         if placement.decision is None:
+            _record(model, None, data)
             return None, placement
         decision = placement.decision
         replica = Replica.objects.create(
@@ -146,6 +147,7 @@ def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
             env=dict(decision.env),
             explanation=data,
         )
+        _record(model, replica, data)
         nodes = {n.name: n for n in Node.objects.filter(name__in=decision.nodes)}
         for rank, s in enumerate(decision.shards):
             shard = Shard.objects.create(
@@ -160,6 +162,17 @@ def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
             )
         desired.rebuild(n.pk for n in nodes.values())
         return replica, placement
+
+
+def _record(model: Model, replica: Replica | None, data: dict[str, Any]) -> None:
+    PlacementRecord.objects.update_or_create(
+        model=model,
+        defaults={
+            "placed": replica is not None,
+            "placed_replica": replica.pk if replica else None,
+            "explanation": data,
+        },
+    )
 
 
 @transaction.atomic
@@ -180,10 +193,61 @@ def headroom(model_name: str) -> dict[str, int]:
 
 
 def explain(model_name: str) -> dict[str, Any]:
-    """The last placement attempt as recorded; if there has been none, a dry
-    run now, marked as such."""
-    model = _model(model_name)
-    record = PlacementRecord.objects.filter(model=model).first()
-    if record is not None:
-        return {**record.explanation, "recorded_at": record.at.isoformat(), "dry_run": False}
-    return {**explanation_data(dry_run(model_name)), "recorded_at": None, "dry_run": True}
+    """The last placement attempt as recorded, with when it was made and
+    what became of the replica it placed; if there has been none, a dry run
+    now, marked as such.
+
+    A record outlives what it describes: the replica it placed may since
+    have failed or been released, and its nodes lost their cables. Shown
+    bare, it reads as a placement that holds today."""
+    now = timezone.now()
+    record = PlacementRecord.objects.filter(model__name=model_name).first()
+    if record is None:
+        return {
+            **explanation_data(dry_run(model_name)),
+            **_when(now, now),
+            "recorded_at": None,
+            "dry_run": True,
+            "placed_replica": None,
+        }
+    data = {
+        **record.explanation,
+        **_when(record.at, now),
+        "recorded_at": record.at.isoformat(),
+        "dry_run": False,
+        # None: the attempt placed nothing, or was recorded before records
+        # named their replica (unknown, not "released").
+        "placed_replica": None,
+    }
+    if record.placed_replica is not None:
+        state = (
+            Replica.objects.filter(pk=record.placed_replica).values_list("state", flat=True).first()
+        )
+        data["placed_replica"] = {
+            "id": record.placed_replica,
+            "state": state,
+            "released": state is None,
+        }
+        fate = _fate(record.placed_replica, state)
+        if fate:
+            data["text"] = f"{fate}\n{data['text']}"
+    return data
+
+
+def _when(made: datetime, now: datetime) -> dict[str, Any]:
+    return {"made_at": made.isoformat(), "age_s": round((now - made).total_seconds(), 1)}
+
+
+def _fate(replica_id: int, state: str | None) -> str:
+    """A line for a recorded placement whose replica no longer serves."""
+    if state is None:
+        return (
+            f"replica #{replica_id}, placed by this attempt, has been released: "
+            "what follows is the decision as made then, not where the model runs now"
+        )
+    if state == ReplicaState.FAILED:
+        return (
+            f"replica #{replica_id}, placed by this attempt, has failed: "
+            "the reconciler releases it and places a replacement"
+        )
+    return ""

@@ -96,6 +96,10 @@ class PlacementRecord(models.Model):
     )
     at = models.DateTimeField(auto_now=True)
     placed = models.BooleanField()
+    # The replica this attempt placed, by number rather than by key: release
+    # deletes the replica, and the record must still say which one it
+    # described, so explain can tell "released" from "never placed".
+    placed_replica = models.PositiveIntegerField(null=True, blank=True)
     explanation = models.JSONField(default=dict)
 
 

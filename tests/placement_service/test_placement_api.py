@@ -3,12 +3,14 @@ two workers placing at once on PostgreSQL."""
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
 from django.db import connection
 
 from llmgw.catalog import services as catalog
+from llmgw.cli import ctl
 from llmgw.placement import services as placement
 from llmgw.serving.models import GpuClaim, Replica
 from tests.payloads import heartbeat, registration
@@ -57,7 +59,7 @@ def fleet(make_node, agent_client):
         _, credential = make_node(name)
         system = {
             **registration(name)["system"],
-            "memory_total_bytes": int(memory_gb * 10**9),
+            "memory_total_bytes": int(memory_gb * GiB),
             "cpus": cpus,
         }
         extra = {"gpus": gpus(gpu_count)} if gpu_count else {}
@@ -76,8 +78,10 @@ def test_explain_names_every_node_with_the_number_that_bit(fleet, api):
     [attempt] = data["attempts"]
     messages = {n["node"]: n["message"] for r in attempt["reasons"] for n in r["nodes"]}
     assert set(messages) == {"big", "small"}
-    assert "512 GB" in messages["big"] and "4000" in messages["big"]
-    assert "8 GB" in messages["small"] and "4000" in messages["small"]
+    # Both numbers, in binary units with their names (the exact digits are
+    # llmgw.units' to choose).
+    assert re.fullmatch(r"big has 512(\.0+)? GiB of memory, needs 3\.9\d* TiB", messages["big"])
+    assert re.fullmatch(r"small has 8(\.0+)? GiB of memory, needs 3\.9\d* TiB", messages["small"])
 
 
 def test_a_placement_keeps_its_rejections_and_claims_memory(fleet, api):
@@ -160,3 +164,40 @@ def test_parallel_placement_never_hands_out_a_gpu_or_gigabyte_twice(fleet):
         for n in ("cpu-1", "gpu-1")
     }
     assert per_node == {"cpu-1": 2, "gpu-1": 4}
+
+
+def test_explain_says_when_it_was_made_and_that_its_replica_was_released(
+    fleet, api, django_assert_num_queries
+):
+    fleet("n31", 31)
+    replica = api.post("/api/v1/models/small-cpu/place").json()["replica"]
+    with django_assert_num_queries(4):
+        live = api.get("/api/v1/models/small-cpu/explain").json()
+    assert live["placed_replica"] == {"id": replica, "state": "pending", "released": False}
+    assert live["made_at"] and 0 <= live["age_s"] < 60
+    placement.release_replica(replica)
+    with django_assert_num_queries(4):
+        gone = api.get("/api/v1/models/small-cpu/explain").json()
+    assert gone["placed_replica"] == {"id": replica, "state": None, "released": True}
+    assert gone["made_at"] == live["made_at"] and gone["age_s"] >= live["age_s"]
+    assert gone["text"].startswith(f"replica #{replica}, placed by this attempt, has been released")
+    rendered = ctl.render_explanation(gone)
+    assert f"replica #{replica}, placed by this attempt, has been released" in rendered
+    assert f"made {gone['made_at']} (" in rendered and " ago)" in rendered
+
+
+def test_explain_says_its_replica_failed(fleet, api):
+    fleet("n31", 31)
+    replica = api.post("/api/v1/models/small-cpu/place").json()["replica"]
+    Replica.objects.filter(pk=replica).update(state="failed")
+    data = api.get("/api/v1/models/small-cpu/explain").json()
+    assert data["placed_replica"] == {"id": replica, "state": "failed", "released": False}
+    assert data["text"].startswith(f"replica #{replica}, placed by this attempt, has failed")
+
+
+def test_a_dry_run_explanation_is_made_now(fleet, api):
+    fleet("n31", 31)
+    data = api.get("/api/v1/models/small-cpu/explain").json()
+    assert data["dry_run"] and data["placed_replica"] is None
+    assert data["made_at"] and data["age_s"] == 0
+
