@@ -315,7 +315,8 @@ def cmd_place(api: Api, args: argparse.Namespace) -> str:
     data = api.call("POST", f"/api/v1/models/{args.model}/place", accept=(409,))
     if not data["placed"]:
         raise CtlError(render_explanation(data))
-    return render_explanation(data)
+    # The replica is held (always_running counts it): say so, and how to undo.
+    return f"{render_explanation(data)}\nreplica #{data['replica']}: {data['held']}"
 
 
 def profile_memory(profile: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from llmgw.catalog.models import Model
@@ -86,16 +87,30 @@ def reconcile_model(model: Model, now: datetime | None = None) -> dict[str, Any]
             done["refused"] = result.explanation.render()
             break
         done["placed"].append(replica.pk)
-    extra = len(live) - wanted
-    if extra > 0:
-        # Take back what serves least: not ready first, then the newest.
-        order = sorted(
-            live, key=lambda r: (r.state == ReplicaState.READY, r.created_at), reverse=False
-        )
-        for replica in order[:extra]:
-            placement.release_replica(replica.pk)
-            done["released"].append(replica.pk)
+    if len(live) > wanted:
+        done["released"] += take_back(model, wanted)
     return done
+
+
+@transaction.atomic
+def take_back(model: Model, wanted: int) -> list[int]:
+    """Release the replicas beyond `wanted`, counted again under the model's
+    row lock. This tick read the model and its replicas earlier; a replica
+    placed by hand since then raised always_running in its own transaction
+    (serving.services.place_by_hand, same lock), and must not be taken back
+    on the strength of the older count."""
+    held = Model.objects.select_for_update(no_key=True).get(pk=model.pk)
+    wanted = max(wanted, held.always_running)
+    live = list(Replica.objects.filter(model=held).exclude(state=ReplicaState.FAILED))
+    # What serves least goes first: not ready, then the newest (two stable
+    # sorts, since a datetime cannot be negated into one key).
+    newest_first = sorted(live, key=lambda r: (r.created_at, r.pk), reverse=True)
+    order = sorted(newest_first, key=lambda r: r.state == ReplicaState.READY)
+    released = []
+    for replica in order[: max(len(live) - wanted, 0)]:
+        placement.release_replica(replica.pk)
+        released.append(replica.pk)
+    return released
 
 
 def reconcile_all() -> dict[str, Any]:

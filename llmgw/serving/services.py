@@ -8,8 +8,12 @@ from django.db import transaction
 
 from llmgw.catalog.models import Model
 from llmgw.placement import scheduler
+from llmgw.placement import services as placement
 from llmgw.placement.services import PlacementError, explanation_data
 from llmgw.placement.snapshot import node_views, profile_view
+from llmgw.placement.types import Placement
+from llmgw.serving.choices import ReplicaState
+from llmgw.serving.models import Replica
 
 
 class CountRefused(Exception):
@@ -60,3 +64,39 @@ def set_counts(name: str, always_running: int | None, under_load: int | None) ->
         model.always_running, model.under_load = target_always, target_load
         model.save(update_fields=["always_running", "under_load", "updated_at"])
         return model
+
+
+def place_by_hand(name: str) -> tuple[Replica | None, Placement, dict[str, Any]]:
+    """`llmgw ctl place`: one more replica now, and held.
+
+    The reconciler takes back whatever runs beyond the held count, so a
+    replica placed outside it would be released on the next tick, a silent
+    undo of what the operator asked for. The replica counts toward
+    always_running instead: raised to the replicas that now run when it is
+    below them, in the same transaction as the placement, so no tick sees
+    the replica without the count that holds it."""
+    with transaction.atomic():
+        try:
+            # NO KEY UPDATE: placing inserts rows that reference the model,
+            # which a plain FOR UPDATE would block while this transaction
+            # waits for the placement lock another placer holds.
+            model = Model.objects.select_for_update(no_key=True).get(name=name)
+        except Model.DoesNotExist:
+            raise PlacementError(f"no model named {name!r} in the catalog") from None
+        before = model.always_running
+        replica, result = placement.place_replica(name)
+        counts: dict[str, Any] = {"before": before, "after": before, "held": ""}
+        if replica is None:
+            return None, result, counts
+        live = model.replicas.exclude(state=ReplicaState.FAILED).count()
+        if live <= before:
+            return replica, result, {**counts, "held": f"held as one of always_running {before}"}
+        model.always_running = live
+        # under_load is a ceiling at or above always_running (set_counts).
+        model.under_load = max(model.under_load, live) if model.under_load else 0
+        model.save(update_fields=["always_running", "under_load", "updated_at"])
+        held = (
+            f"always_running raised from {before} to {live} so the reconciler keeps "
+            f"this replica; lower it with llmgw ctl model scale {name} --always-running N"
+        )
+        return replica, result, {"before": before, "after": live, "held": held}

@@ -201,3 +201,34 @@ def test_a_dry_run_explanation_is_made_now(fleet, api):
     assert data["dry_run"] and data["placed_replica"] is None
     assert data["made_at"] and data["age_s"] == 0
 
+
+@pytest.mark.django_db(transaction=True)
+def test_placing_by_hand_while_the_reconciler_places_neither_deadlocks_nor_miscounts(fleet):
+    from llmgw.catalog.models import Model
+    from llmgw.serving import services as serving
+
+    fleet("gpu-1", 64, gpu_count=8)
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(8)
+
+    def worker(by_hand: bool) -> None:
+        try:
+            barrier.wait()
+            if by_hand:
+                serving.place_by_hand("one-gpu")
+            else:
+                placement.place_replica("one-gpu")
+        except BaseException as exc:  # a deadlock surfaces here
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(i % 2 == 0,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert Replica.objects.count() == 8
+    # Each hand placement held every replica that ran when it committed.
+    assert 4 <= Model.objects.get(name="one-gpu").always_running <= 8

@@ -7,9 +7,12 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from rest_framework.authtoken.models import Token
 
 from llmgw.catalog import services as catalog
 from llmgw.catalog.models import Model
+from llmgw.cli import ctl
+from llmgw.placement import services as placement
 from llmgw.serving import reconciler
 from llmgw.serving.models import Replica
 from tests.payloads import heartbeat, registration
@@ -150,3 +153,68 @@ def test_under_load_scales_up_after_staying_loaded_and_back_after_idle(node, mon
     assert Replica.objects.count() == 2
     reconciler.reconcile_model(model, t0 + timedelta(seconds=2000))
     assert Replica.objects.count() == 2  # never below always_running
+
+
+def test_a_replica_placed_by_hand_is_held_not_taken_back(node, api, django_assert_num_queries):
+    # Nothing held: the reconciler keeps no replica of its own.
+    api.patch("/api/v1/models/tiny", {"always_running": 0, "under_load": 0}, format="json")
+    with django_assert_num_queries(33):
+        placed = api.post("/api/v1/models/tiny/place")
+    assert placed.status_code == 201, placed.json()
+    body = placed.json()
+    assert body["always_running"] == {"before": 0, "after": 1}
+    assert "always_running raised from 0 to 1" in body["held"]
+    reconciler.reconcile_all()
+    assert list(Replica.objects.values_list("pk", flat=True)) == [body["replica"]]
+    assert api.get("/api/v1/models/tiny").json()["always_running"] == 1
+
+
+def test_a_replica_placed_by_hand_fills_a_held_count_it_falls_short_of(node, api):
+    # always_running 2 with one replica running (the second could not be
+    # placed then): the hand-placed one is the second, nothing is raised.
+    reconciler.reconcile_all()
+    placement.release_replica(Replica.objects.order_by("pk").last().pk)
+    body = api.post("/api/v1/models/tiny/place").json()
+    assert body["always_running"] == {"before": 2, "after": 2}
+    assert body["held"] == "held as one of always_running 2"
+    reconciler.reconcile_all()
+    assert Replica.objects.count() == 2
+
+
+def test_a_hand_placement_during_a_reconcile_tick_is_kept(node, api):
+    api.patch("/api/v1/models/tiny", {"always_running": 0, "under_load": 0}, format="json")
+    # The tick read the model (always_running 0) before the operator placed.
+    model = Model.objects.get(name="tiny")
+    replica = api.post("/api/v1/models/tiny/place").json()["replica"]
+    done = reconciler.reconcile_model(model)
+    assert done["released"] == []
+    assert list(Replica.objects.values_list("pk", flat=True)) == [replica]
+
+
+def test_taking_back_releases_what_serves_least_not_ready_then_newest(node, api):
+    reconciler.reconcile_all()
+    api.post("/api/v1/models/tiny/place")  # a third, held: always_running 3
+    first, second, third = Replica.objects.order_by("pk")
+    ids = {f"r{r.pk}-0": r for r in (first, second, third)}
+    report(node, {sid: "ready" for sid, r in ids.items() if r != second})
+    api.patch("/api/v1/models/tiny", {"always_running": 1, "under_load": 1}, format="json")
+    done = reconciler.reconcile_all()["tiny"]
+    # second is not ready: it goes first; then third, the newer ready one.
+    assert done["released"] == [second.pk, third.pk]
+    assert list(Replica.objects.values_list("pk", flat=True)) == [first.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ctl_place_says_the_replica_is_held(node, live_server, operator, monkeypatch, capsys):
+    Model.objects.filter(name="tiny").update(always_running=0, under_load=0)
+    monkeypatch.setenv("LLMGW_URL", live_server.url)
+    monkeypatch.setenv("LLMGW_TOKEN", Token.objects.create(user=operator).key)
+    assert ctl.main(["place", "tiny"]) == 0
+    [replica] = Replica.objects.values_list("pk", flat=True)
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(
+        f"replica #{replica}: always_running raised from 0 to 1 so the reconciler keeps "
+        "this replica; lower it with llmgw ctl model scale tiny --always-running N"
+    )
+    reconciler.reconcile_all()
+    assert list(Replica.objects.values_list("pk", flat=True)) == [replica]

@@ -23,6 +23,9 @@ class ModelViewSet(viewsets.GenericViewSet):
     lookup_value_regex = "[^/]+"
 
     def get_queryset(self) -> QuerySet[Model]:
+        if self.action in ("explain", "headroom", "place"):
+            # Only to answer 404: the services read what they need.
+            return Model.objects.all()
         return Model.objects.prefetch_related(
             "profiles", "replicas__profile", "replicas__shards__node"
         )
@@ -68,12 +71,21 @@ class ModelViewSet(viewsets.GenericViewSet):
     @extend_schema(request=None, responses=serializers.DictField())
     @action(detail=True, methods=["post"])
     def place(self, request: Request, name: str) -> Response:
-        """Place one more replica now (the reconciler does this for held models)."""
+        """Place one more replica now, held: always_running rises to count it
+        (the answer says so), so the reconciler keeps it."""
         self.get_object()
-        replica, result = placement.place_replica(name)
+        replica, result, counts = serving.place_by_hand(name)
         data = placement.explanation_data(result)
         code = status.HTTP_201_CREATED if replica else status.HTTP_409_CONFLICT
-        return Response({**data, "replica": replica.pk if replica else None}, status=code)
+        return Response(
+            {
+                **data,
+                "replica": replica.pk if replica else None,
+                "always_running": {"before": counts["before"], "after": counts["after"]},
+                "held": counts["held"],
+            },
+            status=code,
+        )
 
     @extend_schema(request=ResourcesSerializer, responses=ModelSerializer)
     @action(detail=True, methods=["post"])
