@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llmgw.placement.checks import NodeState, pick_gpus, shard_refusal  # noqa: E402
 from llmgw.placement.scheduler import Inventory, apply_to_views  # noqa: E402
-from llmgw.placement.types import GB, Decision, GpuView, NodeView, Profile, Shard  # noqa: E402
+from llmgw.placement.types import Decision, GpuView, NodeView, Profile, Shard  # noqa: E402
+from llmgw.units import GiB  # noqa: E402
 
 SIZES = (500, 5_000, 20_000)
 MODEL = "qwen2.5-72b"
@@ -47,7 +48,7 @@ WORKLOAD = [
     ],
     [Profile("tp4-coding", 1, "H100", 4, 4, memory_gb=100, node_selector={"pool": "coding"})],
 ]
-# Nothing has 1,500 GB unclaimed: every node is checked in full, then refused.
+# Nothing has 1,500 GiB unclaimed: every node is checked in full, then refused.
 REFUSED = [
     Profile("huge", 5, "H100", 8, 8, memory_gb=1_500),
     Profile("huge-cpu", 1, None, memory_gb=1_500, cpu_cores=64),
@@ -66,7 +67,7 @@ def fleet(size: int, seed: int = 7) -> list[NodeView]:
                 g,
                 f"GPU-{i}-{g}",
                 "H100",
-                80 * GB,
+                80 * GiB,
                 healthy=rng.random() > 0.005,
                 allocated=g in taken,
             )
@@ -80,8 +81,8 @@ def fleet(size: int, seed: int = 7) -> list[NodeView]:
                 cordon_reason="RMA: GPU 3 fell off the bus",
                 labels={"pool": "coding" if i % 10 == 0 else "general"},
                 cpus=128,
-                memory_total_bytes=1_000 * GB,
-                claimed_memory_bytes=used * 60 * GB,
+                memory_total_bytes=1_000 * GiB,
+                claimed_memory_bytes=used * 60 * GiB,
                 claimed_cores=used * 8,
                 gpus=gpus,
                 fabrics={"ib-a" if i % 2 else "ib-b": ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3")},
@@ -177,7 +178,7 @@ def run_size(size: int, decisions: int, peer_decisions: int) -> dict[str, float]
         explain_cpu.append(time.process_time() - c)
         assert refused.decision is None
         lines = len(refused.explanation.rejections)
-    assert "1500 GB" in text
+    assert "needs 1.46 TiB" in text
 
     # The peer, on the same fleet and the same workload from the start.
     peer_views = list(views)

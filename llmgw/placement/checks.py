@@ -1,26 +1,31 @@
 """One node's free state and the rules that refuse it, with their messages.
 
-Every message names what bit with both numbers: "needs 15" beside a 31 GB
-machine reads as a scheduler bug, "has 16 GB unclaimed, needs 20" reads as a
-full node.
+Every message names what bit with both numbers: "needs 15" beside a 31 GiB
+machine reads as a scheduler bug, "has 16.0 GiB unclaimed, needs 20.0 GiB"
+reads as a full node. Sizes print in binary units with their names, as
+`ctl nodes` prints them, with as many digits as it takes for two different
+figures to read differently.
+
+An Inventory that has had decisions applied (a dry run: headroom, a scale
+check) judges the state after them; what those decisions took is told apart
+from what the node really has allocated, since nothing of it exists yet.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from .types import GB, READY, NodeView, Profile, Reason
+from llmgw.units import format_bytes_pair
+
+from .types import READY, NodeView, Profile, Reason, in_use
 
 Refusal = tuple[Reason, str]
 
+DRY_RUN = "by the replicas this dry run placed before this one"
 
 # Explaining a refusal formats a few figures per node, and a fleet repeats
 # the same few totals and claims: formatting was the largest single cost.
-@lru_cache(maxsize=4096)
-def gb(n: int | float) -> str:
-    value = n / GB
-    text = f"{value:.1f}".removesuffix(".0")
-    return f"{text} GB"
+sizes = lru_cache(maxsize=4096)(format_bytes_pair)
 
 
 def plural(n: int, word: str) -> str:
@@ -67,11 +72,7 @@ class NodeState:
         # A node that reports no CPU count cannot have cores counted against it,
         # so it stays a candidate, as a node reporting no memory does.
         self.free_cores: int | None = None if view.cpus is None else view.cpus - view.claimed_cores
-        self.used = (
-            view.claimed_memory_bytes > 0
-            or view.claimed_cores > 0
-            or any(g.allocated for g in view.gpus)
-        )
+        self.used = in_use(view)
         islands: list[frozenset[int]] = []
         if view.nvlink_islands:
             covered: set[int] = set()
@@ -129,7 +130,9 @@ def static_refusal(n: NodeState, p: Profile) -> Refusal | None:
         if v.memory_total_bytes < p.min_memory_bytes:
             return (
                 Reason.MEMORY_TOTAL,
-                f"{v.name} has {gb(v.memory_total_bytes)} of memory, needs {gb(p.min_memory_bytes)}",
+                "{} has {} of memory, needs {}".format(
+                    v.name, *sizes(v.memory_total_bytes, p.min_memory_bytes)
+                ),
             )
     if p.gpu_class is not None and p.gpu_class not in n.class_total:
         has = ", ".join(f"{c} {k}" for k, c in sorted(n.class_total.items())) or "no GPUs"
@@ -154,9 +157,32 @@ def engine_refusal(n: NodeState, p: Profile) -> Refusal | None:
         p.engine_version is None or None in versions or p.engine_version in versions
     ):
         return None
-    has = f"has engines {', '.join(sorted(v.engines))}" if v.engines else "has no engines"
+    has = f"has engines {engine_list(n)}" if v.engines else "has no engines"
     status = f" ({v.engine_status})" if v.engine_status else ""
     return Reason.ENGINE, f"{v.name} {has}, needs {wanted}{status}"
+
+
+def engine_list(n: NodeState) -> str:
+    """Each engine once: "llama.cpp@b11434", not also the bare name the
+    snapshot adds beside it; a bare name only when no version is known."""
+    names: list[str] = []
+    for name, versions in sorted(n.engine_versions.items()):
+        known = sorted(v for v in versions if v is not None)
+        if known:
+            names.extend(f"{name}@{v}" for v in known)
+        else:
+            names.append(name)
+    return ", ".join(names)
+
+
+def split(real: str, planned: str, real_n: int, planned_n: int) -> str:
+    """What of a node's claims its shards hold and what a dry run's earlier
+    decisions took; "" when the dry run took nothing here."""
+    if not planned_n:
+        return ""
+    if not real_n:
+        return f" {DRY_RUN}"
+    return f": {real} already, {planned} {DRY_RUN}"
 
 
 def memory_refusal(n: NodeState, p: Profile) -> Refusal | None:
@@ -164,13 +190,25 @@ def memory_refusal(n: NodeState, p: Profile) -> Refusal | None:
     # Zero is nobody said and claims nothing; None free is an unreported total.
     if want and n.free_mem is not None and n.free_mem < want:
         v = n.view
-        total = v.memory_total_bytes or 0
-        return (
-            Reason.MEMORY_CLAIMED,
-            f"{v.name} has {gb(max(n.free_mem, 0))} of memory unclaimed "
-            f"({gb(total)} less {gb(total - n.free_mem)} claimed), needs {gb(want)}",
-        )
+        text = memory_text(v.memory_total_bytes or 0, n.free_mem, v.claimed_memory_bytes, want)
+        return Reason.MEMORY_CLAIMED, f"{v.name} {text}"
     return None
+
+
+# A fleet repeats a few totals, claims and wants: a refusal of every node
+# formats each combination once.
+@lru_cache(maxsize=4096)
+def memory_text(total: int, free_mem: int, real: int, want: int) -> str:
+    claimed = total - free_mem
+    free, needs = sizes(max(free_mem, 0), want)
+    if not claimed:
+        return f"has {free} of memory, none of it claimed, needs {needs}"
+    planned = claimed - real
+    of, less = sizes(total, claimed)
+    return (
+        f"has {free} of memory unclaimed ({of} less {less} claimed"
+        f"{split(*sizes(real, planned), real, planned)}), needs {needs}"
+    )
 
 
 def cores_refusal(n: NodeState, p: Profile) -> Refusal | None:
@@ -178,10 +216,18 @@ def cores_refusal(n: NodeState, p: Profile) -> Refusal | None:
     if want and n.free_cores is not None and n.free_cores < want:
         v = n.view
         cpus = v.cpus or 0
+        reserved = cpus - n.free_cores
+        if not reserved:
+            return (
+                Reason.CORES,
+                f"{v.name} has {plural(cpus, 'CPU core')}, none reserved, needs {want}",
+            )
+        real, planned = v.claimed_cores, reserved - v.claimed_cores
         return (
             Reason.CORES,
             f"{v.name} has {plural(max(n.free_cores, 0), 'CPU core')} unreserved "
-            f"({cpus} less {cpus - n.free_cores} reserved), needs {want}",
+            f"({cpus} less {reserved} reserved{split(str(real), str(planned), real, planned)}), "
+            f"needs {want}",
         )
     return None
 
@@ -235,14 +281,19 @@ def gpu_refusal(n: NodeState, p: Profile) -> Refusal:
             f"has {largest}, a tensor-parallel group needs {group} together",
         )
     sick = [g for g in v.gpus if g.gpu_class == cls and not g.healthy]
-    allocated = total - len(sick) - len(free)
-    detail = f"{allocated} allocated"
+    real = sum(1 for g in v.gpus if g.gpu_class == cls and g.healthy and g.allocated)
+    # The rest of the missing cards went to decisions applied to this copy.
+    planned = total - len(sick) - len(free) - real
+    parts = [f"{real} allocated"] if real else []
+    if planned:
+        parts.append(f"{planned} taken {DRY_RUN}")
     if sick:
         why = "; ".join(f"GPU {g.index}: {g.unhealthy_reason or 'unhealthy'}" for g in sick)
-        detail += f", {len(sick)} unhealthy ({why})"
+        parts.append(f"{len(sick)} unhealthy ({why})")
+    detail = f" ({', '.join(parts)})" if parts else ""
     return (
         Reason.GPUS_FREE,
-        f"{v.name} has {len(free)} free {cls} GPUs of {total} ({detail}), needs {p.gpus_per_shard}",
+        f"{v.name} has {len(free)} free {cls} GPUs of {total}{detail}, needs {p.gpus_per_shard}",
     )
 
 

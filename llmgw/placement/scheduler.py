@@ -182,6 +182,10 @@ class Inventory:
             self._eligible_by_key[key] = eligible
         return eligible
 
+    def node(self, name: str) -> NodeState:
+        """One node's state as this copy has it, decisions applied."""
+        return self._by_name[name]
+
     def copy(self) -> Inventory:
         other = Inventory.__new__(Inventory)
         other._nodes = []
@@ -339,6 +343,8 @@ class Inventory:
                 n.free_mem -= shard.memory_bytes
             if n.free_cores is not None:
                 n.free_cores -= shard.cpu_cores
+            # What in_use says of the views once this shard is among them,
+            # whatever it claims.
             n.used = True
 
     # -- explaining -------------------------------------------------------
@@ -445,6 +451,7 @@ def apply_to_views(nodes: Iterable[NodeView], decision: Decision) -> list[NodeVi
                 gpus=gpus,
                 claimed_memory_bytes=v.claimed_memory_bytes + s.memory_bytes,
                 claimed_cores=v.claimed_cores + s.cpu_cores,
+                shards=v.shards + 1,
             )
         )
     return out

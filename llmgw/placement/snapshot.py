@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Sum
+from django.db.models import Count
 from django.utils import timezone
 
 from llmgw.catalog.models import Profile as ProfileRow
@@ -17,7 +17,7 @@ from llmgw.fabrics.topology import device_number, split_description
 from llmgw.inventory import services as inventory
 from llmgw.inventory.models import Gpu, ModelHolding, Node
 from llmgw.nvlink import domains
-from llmgw.placement.types import GB, GpuView, NodeView, Profile
+from llmgw.placement.types import GpuView, NodeView, Profile, gib_bytes
 from llmgw.serving.models import GpuClaim, Shard
 
 
@@ -39,16 +39,26 @@ def profile_view(row: ProfileRow) -> Profile:
     )
 
 
-def claims_by_node() -> tuple[dict[int, int], dict[int, int]]:
+def claims_by_node() -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
     """Memory and cores each node owes its shards, read from the catalog's
     declared figures (seed 8fd4c1392d): what a profile asked for is not
-    something a running process reports, and it survives a restart."""
-    rows = Shard.objects.values("node_id").annotate(
-        memory=Sum("replica__profile__memory_gb"), cores=Sum("replica__profile__cpu_cores")
-    )
-    memory = {r["node_id"]: int((r["memory"] or 0) * GB) for r in rows}
-    cores = {r["node_id"]: int(r["cores"] or 0) for r in rows}
-    return memory, cores
+    something a running process reports, and it survives a restart. And how
+    many shards each runs, since one that claims nothing still uses the node.
+
+    Counted per profile and converted per shard as the scheduler converts
+    them, so a fractional memory_gb adds up to the same bytes either way."""
+    rows = Shard.objects.values(
+        "node_id", "replica__profile__memory_gb", "replica__profile__cpu_cores"
+    ).annotate(count=Count("pk"))
+    memory: dict[int, int] = defaultdict(int)
+    cores: dict[int, int] = defaultdict(int)
+    shards: dict[int, int] = defaultdict(int)
+    for r in rows:
+        node, count = r["node_id"], r["count"]
+        memory[node] += count * gib_bytes(r["replica__profile__memory_gb"] or 0)
+        cores[node] += count * (r["replica__profile__cpu_cores"] or 0)
+        shards[node] += count
+    return dict(memory), dict(cores), dict(shards)
 
 
 def nvlink_islands(topology: dict | None, uuids: dict[str, int]) -> tuple[frozenset[int], ...]:
@@ -244,7 +254,7 @@ def map_view(
 
 def node_views() -> list[NodeView]:
     now = timezone.now()
-    memory, cores = claims_by_node()
+    memory, cores, shards = claims_by_node()
     claimed = defaultdict(set)
     for node_id, index in GpuClaim.objects.values_list("node_id", "index"):
         claimed[node_id].add(index)
@@ -293,6 +303,7 @@ def node_views() -> list[NodeView]:
                 memory_total_bytes=n.memory_total_bytes,
                 claimed_memory_bytes=memory.get(n.pk, 0),
                 claimed_cores=cores.get(n.pk, 0),
+                shards=shards.get(n.pk, 0),
                 gpus=tuple(sorted(gpus[n.pk], key=lambda g: g.index)),
                 fabrics=fabrics,
                 fabric_problems=fabric_problems,

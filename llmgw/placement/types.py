@@ -4,9 +4,11 @@ Nothing here touches the ORM or the network: the placement service turns a
 snapshot of the inventory into these views, so the scheduler can be
 property-tested, benchmarked and dry-run on a copy of the fleet.
 
-Units: memory is in bytes on nodes and in decimal gigabytes (10**9 bytes,
-the "GB" every message prints) on profiles, because operators write profiles
-and agents report bytes.
+Units: memory is in bytes on nodes and in GiB (2**30 bytes) on profiles,
+because operators write profiles and agents report bytes. A profile's
+`memory_gb` is binary like the memory it is sold as (a "16 GB" DIMM holds
+16 GiB), and every message prints sizes in binary units with their names
+(llmgw.units), so a figure reads back the same on every surface.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-GB = 10**9
+from llmgw.units import GiB
 
 READY = "Ready"
 
@@ -47,6 +49,8 @@ class NodeView:
     # What the node's existing allocations declared, not what they measure.
     claimed_memory_bytes: int = 0
     claimed_cores: int = 0
+    # Shards the node already runs, whatever they claim: see in_use.
+    shards: int = 0
     gpus: tuple[GpuView, ...] = ()
     # Declared fabric name -> this node's adapters on it (mlx5_0, ...).
     fabrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -106,13 +110,36 @@ class Profile:
         if min(self.min_memory_gb, self.memory_gb, self.cpu_cores) < 0:
             raise ValueError(f"profile {self.name}: memory and cores cannot be negative")
 
+    # gib_bytes, inlined: the scheduler reads these once per node it judges.
     @property
     def memory_bytes(self) -> int:
-        return int(self.memory_gb * GB)
+        return int(self.memory_gb * GiB)
 
     @property
     def min_memory_bytes(self) -> int:
-        return int(self.min_memory_gb * GB)
+        return int(self.min_memory_gb * GiB)
+
+
+def gib_bytes(gib: float) -> int:
+    """A catalog figure (GiB) in bytes; the snapshot converts stored claims
+    with it too, one shard at a time, so both sides add the same bytes."""
+    return int(gib * GiB)
+
+
+def in_use(v: NodeView) -> bool:
+    """Whether the node runs any shard: the one definition of "used".
+
+    A CPU shard is packed onto used nodes so that empty ones stay empty, and
+    a shard that declares no memory and no cores still runs there, so what
+    counts is the shard, not its size. Claims and allocated cards only come
+    from shards; a view that has them but no count is in use all the same.
+    """
+    return (
+        v.shards > 0
+        or v.claimed_memory_bytes > 0
+        or v.claimed_cores > 0
+        or any(g.allocated for g in v.gpus)
+    )
 
 
 class Reason(StrEnum):
@@ -143,8 +170,9 @@ _TITLES = {
     Reason.ENGINE: "engine not installed",
     Reason.MEMORY_TOTAL: "too little memory",
     Reason.GPU_CLASS: "no GPU of the class",
-    Reason.MEMORY_CLAIMED: "memory already claimed",
-    Reason.CORES: "CPU cores already reserved",
+    # Not "already claimed": a node with nothing on it is refused for this too.
+    Reason.MEMORY_CLAIMED: "too little unclaimed memory",
+    Reason.CORES: "too few unreserved CPU cores",
     Reason.GPUS_FREE: "too few free GPUs",
     Reason.NVLINK: "tensor-parallel group does not fit an NVLink island",
     Reason.FABRIC: "not on the fabric",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.placement.types import GB, GpuView, NodeView, Profile
+from llmgw.placement.types import GpuView, NodeView, Profile
+from llmgw.units import GiB
 
 
 def gpu_node(
@@ -30,14 +31,14 @@ def gpu_node(
         )
         for i in range(n)
     )
-    memory = None if memory_gb is None else int(memory_gb * GB)
+    memory = None if memory_gb is None else int(memory_gb * GiB)
     return NodeView(name=name, cpus=cpus, memory_total_bytes=memory, gpus=gpus, **kw)
 
 
 def cpu_node(
     name: str, *, memory_gb: float | None = 64, cpus: int | None = 32, **kw: Any
 ) -> NodeView:
-    memory = None if memory_gb is None else int(memory_gb * GB)
+    memory = None if memory_gb is None else int(memory_gb * GiB)
     return NodeView(name=name, cpus=cpus, memory_total_bytes=memory, **kw)
 
 

@@ -11,7 +11,8 @@ from llmgw.fabrics.models import PhysicalFabric, Port
 from llmgw.inventory.models import Node
 from llmgw.placement.scheduler import Inventory, apply_to_views, headroom, place
 from llmgw.placement.snapshot import fabric_view
-from llmgw.placement.types import GB, NodeView, Reason
+from llmgw.placement.types import NodeView, Reason
+from llmgw.units import GiB
 
 from .helpers import cpu_node, cpu_profile, gpu_node, gpu_profile
 
@@ -65,6 +66,35 @@ def test_refusals_name_what_bit(node, code, words) -> None:  # type: ignore[no-u
     assert words in reasons(result)["n"][1]
 
 
+def test_a_scale_refusal_says_its_gpus_are_taken_by_the_dry_run_not_allocated() -> None:
+    # Scaling to six replicas where five cards are free: the sixth is judged
+    # after the five that fit, none of which is allocated yet.
+    inv = Inventory([gpu_node("n", 4), gpu_node("m", 2, allocated=(0,))])
+    for _ in range(5):
+        decision = inv.place("x", [gpu_profile()]).decision
+        assert decision is not None
+        inv.apply(decision)
+    placement = inv.place("x", [gpu_profile()])
+    assert placement.decision is None
+    assert reasons(placement) == {
+        "n": (
+            Reason.GPUS_FREE,
+            "n has 0 free H100 GPUs of 4 (4 taken by the replicas this dry run placed "
+            "before this one), needs 1",
+        ),
+        "m": (
+            Reason.GPUS_FREE,
+            "m has 0 free H100 GPUs of 2 (1 allocated, 1 taken by the replicas this dry run "
+            "placed before this one), needs 1",
+        ),
+    }
+
+
+def test_a_gpu_refusal_with_every_card_free_lists_no_breakdown() -> None:
+    result = place("m", [gpu_profile(gpus=8)], [gpu_node("n", 4)])
+    assert reasons(result)["n"] == (Reason.GPUS_FREE, "n has 4 free H100 GPUs of 4, needs 8")
+
+
 def test_never_an_unhealthy_or_allocated_gpu() -> None:
     node = gpu_node("a", 4, allocated=(0,), unhealthy={1: "foreign process"})
     d = place("m", [gpu_profile(gpus=2)], [node]).decision
@@ -74,7 +104,7 @@ def test_never_an_unhealthy_or_allocated_gpu() -> None:
 def test_one_gpu_class_per_replica_on_a_mixed_node() -> None:
     mixed = gpu_node("m", 4)
     gpus = tuple(g if g.index < 2 else g.__class__(g.index, g.uuid, "A100") for g in mixed.gpus)
-    mixed = mixed.__class__(name="m", cpus=64, memory_total_bytes=512 * GB, gpus=gpus)
+    mixed = mixed.__class__(name="m", cpus=64, memory_total_bytes=512 * GiB, gpus=gpus)
     d = place("m", [gpu_profile(gpus=2, gpu_class="A100")], [mixed]).decision
     assert d is not None and d.shards[0].gpu_indices == (2, 3)
     assert place("m", [gpu_profile(gpus=3, gpu_class="A100")], [mixed]).decision is None
@@ -162,8 +192,19 @@ def test_min_memory_names_both_numbers() -> None:
     assert result.decision is None
     assert reasons(result)["small"] == (
         Reason.MEMORY_TOTAL,
-        "small has 8 GB of memory, needs 24 GB",
+        "small has 8.00 GiB of memory, needs 24.0 GiB",
     )
+
+
+def test_sizes_print_in_binary_units_and_never_read_the_same() -> None:
+    # The machines `ctl nodes` lists as 8.0G: a refusal must not call them 8.6 GB.
+    result = place("m", [cpu_profile(min_memory_gb=8.004)], [cpu_node("n", memory_gb=8)])
+    assert reasons(result)["n"] == (
+        Reason.MEMORY_TOTAL,
+        "n has 8.000 GiB of memory, needs 8.004 GiB",
+    )
+    result = place("m", [cpu_profile(min_memory_gb=2048)], [cpu_node("big", memory_gb=1024)])
+    assert reasons(result)["big"][1] == "big has 1.00 TiB of memory, needs 2.00 TiB"
 
 
 def test_no_requirement_fits_anywhere_and_unknown_memory_is_a_candidate() -> None:
@@ -200,7 +241,30 @@ def test_a_claim_is_subtracted_before_comparing() -> None:
     assert result.decision is None
     assert reasons(result)["n"] == (
         Reason.MEMORY_CLAIMED,
-        "n has 1 GB of memory unclaimed (31 GB less 30 GB claimed), needs 15 GB",
+        "n has 1.00 GiB of memory unclaimed (31.0 GiB less 30.0 GiB claimed), needs 15.0 GiB",
+    )
+
+
+def test_a_claim_refused_on_an_empty_node_does_not_say_already_claimed() -> None:
+    result = place("m", [cpu_profile(memory_gb=64)], [cpu_node("n", memory_gb=32)])
+    assert reasons(result)["n"] == (
+        Reason.MEMORY_CLAIMED,
+        "n has 32.0 GiB of memory, none of it claimed, needs 64.0 GiB",
+    )
+    assert Reason.MEMORY_CLAIMED.summary == "too little unclaimed memory"
+
+
+def test_a_dry_run_says_which_claims_are_its_own() -> None:
+    # Two replicas of 10 GiB would fit beside the 8 GiB already claimed; the
+    # third is refused against the state after them, and says so.
+    inv = Inventory([cpu_node("n", memory_gb=31, claimed_memory_bytes=8 * GiB)])
+    p = cpu_profile(memory_gb=10)
+    for _ in range(2):
+        inv.apply(inv.place("m", [p]).decision)  # type: ignore[arg-type]
+    assert reasons(inv.place("m", [p]))["n"] == (
+        Reason.MEMORY_CLAIMED,
+        "n has 3.00 GiB of memory unclaimed (31.0 GiB less 28.0 GiB claimed: 8.00 GiB already, "
+        "20.0 GiB by the replicas this dry run placed before this one), needs 10.0 GiB",
     )
 
 
@@ -226,7 +290,26 @@ def test_cores_are_reserved_and_become_threads() -> None:
     assert result.decision is None
     assert reasons(result)["n"] == (
         Reason.CORES,
-        "n has 4 CPU cores unreserved (16 less 12 reserved), needs 6",
+        "n has 4 CPU cores unreserved (16 less 12 reserved by the replicas this dry run "
+        "placed before this one), needs 6",
+    )
+
+
+def test_cores_refused_on_an_idle_node_do_not_say_already_reserved() -> None:
+    result = place("m", [cpu_profile(cpu_cores=16)], [cpu_node("n", cpus=8)])
+    assert reasons(result)["n"] == (Reason.CORES, "n has 8 CPU cores, none reserved, needs 16")
+    assert Reason.CORES.summary == "too few unreserved CPU cores"
+    assert "already" not in result.explanation.render()
+
+
+def test_cores_reserved_for_real_and_by_the_dry_run_are_told_apart() -> None:
+    inv = Inventory([cpu_node("n", cpus=16, claimed_cores=4)])
+    p = cpu_profile(cpu_cores=7)
+    inv.apply(inv.place("m", [p]).decision)  # type: ignore[arg-type]
+    assert reasons(inv.place("m", [p]))["n"] == (
+        Reason.CORES,
+        "n has 5 CPU cores unreserved (16 less 11 reserved: 4 already, 7 by the replicas "
+        "this dry run placed before this one), needs 7",
     )
 
 
@@ -240,6 +323,21 @@ def test_cpu_models_keep_off_gpu_nodes_and_fill_used_nodes_first() -> None:
     nodes = [gpu_node("g"), cpu_node("fresh"), cpu_node("used", **{"claimed_cores": 2})]
     d = place("m", [cpu_profile(cpu_cores=2)], nodes).decision
     assert d is not None and d.nodes == ("used",)
+
+
+def test_a_shard_that_claims_nothing_still_makes_its_node_used() -> None:
+    # One definition of used: the indexed copy after a decision and the views
+    # rebuilt from that decision's shards must prefer the same node next.
+    nodes = [cpu_node("a"), cpu_node("b", labels={"pool": "x"})]
+    inv = Inventory(nodes)
+    first = inv.decide("one", cpu_profile(node_selector={"pool": "x"}))
+    assert first is not None and first.nodes == ("b",)
+    inv.apply(first)
+    nodes = apply_to_views(nodes, first)
+    again = inv.decide("two", cpu_profile())
+    fresh = place("two", [cpu_profile()], nodes).decision
+    assert again is not None and fresh is not None
+    assert again.nodes == fresh.nodes == ("b",)
 
 
 # -- 7d97c6b74f: engines ---------------------------------------------------
@@ -259,6 +357,22 @@ def test_engine_refusal_carries_the_nodes_own_words() -> None:
         f"new has no engines, needs llama.cpp@b11434 ({status})",
     )
     assert "has engines llama.cpp@b10991, needs llama.cpp@b11434" in reasons(result)["v1"][1]
+
+
+@pytest.mark.parametrize(
+    ("engines", "listed"),
+    [
+        # The snapshot names an installed build both ways; it is one engine.
+        ({"llama.cpp", "llama.cpp@b11434"}, "llama.cpp@b11434"),
+        ({"llama.cpp"}, "llama.cpp"),
+        ({"llama.cpp", "llama.cpp@b11434", "vllm", "vllm@0.6.3"}, "llama.cpp@b11434, vllm@0.6.3"),
+        ({"llama.cpp@b10991", "llama.cpp@b11434"}, "llama.cpp@b10991, llama.cpp@b11434"),
+    ],
+)
+def test_the_engine_list_names_each_engine_once(engines: set[str], listed: str) -> None:
+    node = cpu_node("n", engines_probed=True, engines=frozenset(engines))
+    result = place("m", [cpu_profile(engine="sglang")], [node])
+    assert reasons(result)["n"] == (Reason.ENGINE, f"n has engines {listed}, needs sglang")
 
 
 # -- c13c567cc5: weights preferred, never required ------------------------

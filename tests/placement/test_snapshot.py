@@ -1,0 +1,86 @@
+"""The snapshot the scheduler reads, rebuilt from what is stored, against
+the scheduler's own incremental copy of the same fleet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmgw.catalog import services as catalog
+from llmgw.placement import services as placement
+from llmgw.placement.scheduler import Inventory
+from llmgw.placement.snapshot import node_views, profile_view
+from llmgw.serving.models import Shard
+from llmgw.units import GiB
+from tests.payloads import heartbeat, registration
+
+CATALOG = """
+models:
+  - name: pinned
+    source: hf://x/pinned
+    profiles:
+      - name: cpu
+        memory_gb: 1
+        node_selector: {pool: x}
+  - name: anywhere
+    source: hf://x/anywhere
+    profiles:
+      - name: cpu
+        memory_gb: 1
+  - name: tenth
+    source: hf://x/tenth
+    profiles:
+      - name: cpu
+        memory_gb: 0.1
+"""
+
+
+def add(make_node: Any, agent_client: Any, name: str, labels: dict[str, str]) -> None:
+    _, credential = make_node(name)
+    system = {**registration(name)["system"], "memory_total_bytes": 64 * GiB, "cpus": 32}
+    agent_client(credential).post("register", registration(name, system=system, labels=labels))
+    agent_client(credential).post("heartbeat", heartbeat(name))
+
+
+def test_a_shard_that_claims_nothing_uses_its_node_in_both(
+    make_node: Any, agent_client: Any
+) -> None:
+    add(make_node, agent_client, "a", {})
+    add(make_node, agent_client, "b", {"pool": "x"})
+    catalog.apply_text(CATALOG)
+    # Shards that declare no memory and no cores (a model stored before the
+    # figures were required, or set so since): still a process on the node.
+    for model in ("pinned", "anywhere"):
+        catalog.set_resources(model, memory_gb=0, cpu_cores=0)
+    inv = Inventory(node_views())
+    replica, result = placement.place_replica("pinned")
+    assert replica is not None and result.decision is not None
+    assert result.decision.nodes == ("b",)
+    inv.apply(result.decision)
+    views = {v.name: v for v in node_views()}
+    assert (views["a"].shards, views["b"].shards) == (0, 1)
+    rebuilt = Inventory(views.values())
+    assert inv.node("b").used and rebuilt.node("b").used
+    # Both pack the next CPU shard onto the node already in use.
+    replica, _ = placement.place_replica("anywhere")
+    assert replica is not None
+    assert Shard.objects.get(replica=replica).node.name == "b"
+
+
+def test_fractional_claims_add_up_to_the_same_bytes(make_node: Any, agent_client: Any) -> None:
+    add(make_node, agent_client, "a", {})
+    catalog.apply_text(CATALOG)
+    inv = Inventory(node_views())
+    [profile] = [profile_view(p) for p in catalog_profiles("tenth")]
+    for _ in range(3):
+        replica, result = placement.place_replica("tenth")
+        assert replica is not None and result.decision is not None
+        inv.apply(result.decision)
+    [view] = node_views()
+    assert view.claimed_memory_bytes == 3 * profile.memory_bytes
+    assert Inventory([view]).node("a").free_mem == inv.node("a").free_mem
+
+
+def catalog_profiles(model: str) -> list[Any]:
+    from llmgw.catalog.models import Profile
+
+    return list(Profile.objects.filter(model__name=model))
