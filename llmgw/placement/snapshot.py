@@ -91,9 +91,10 @@ def engine_view(engines: list[dict] | None) -> tuple[frozenset[str], str]:
     installed, status = set(), ""
     for e in engines or []:
         if e.get("status") == "installed":
-            installed.add(e["name"])
-            if e.get("version"):
-                installed.add(f"{e['name']}@{e['version']}")
+            # A build the agent installed is that version and no other; only
+            # an engine reported without a version (agent.yaml names it) is
+            # of unknown version, which the rules accept for any pin.
+            installed.add(f"{e['name']}@{e['version']}" if e.get("version") else e["name"])
         elif not status:
             status = f"{e.get('status')}: {e.get('message') or ''}".strip()
     return frozenset(installed), status

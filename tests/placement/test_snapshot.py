@@ -84,3 +84,24 @@ def catalog_profiles(model: str) -> list[Any]:
     from llmgw.catalog.models import Profile
 
     return list(Profile.objects.filter(model__name=model))
+
+
+def test_a_node_with_another_build_is_refused_a_pinned_version() -> None:
+    """A node reports the build it installed: it has llama.cpp@b10991 and
+    nothing else. Naming it also as a bare "llama.cpp" (an engine of unknown
+    version, which an agent.yaml entry is) let a profile pinned to b11434
+    through, onto a node whose engine would refuse the model's arguments."""
+    from llmgw.placement.checks import NodeState, engine_refusal
+    from llmgw.placement.snapshot import engine_view
+    from llmgw.placement.types import NodeView, Profile
+
+    installed, _ = engine_view(
+        [{"name": "llama.cpp", "version": "b10991", "status": "installed", "message": ""}]
+    )
+    assert installed == frozenset({"llama.cpp@b10991"})
+    configured, _ = engine_view([{"name": "vllm", "version": None, "status": "installed"}])
+    assert configured == frozenset({"vllm"})
+    view = NodeView(name="n", engines=installed, engines_probed=True)
+    profile = Profile(name="cpu", engine="llama.cpp", engine_version="b11434")
+    refusal = engine_refusal(NodeState(0, view), profile)
+    assert refusal is not None and "needs llama.cpp@b11434" in refusal[1]
