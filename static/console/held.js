@@ -20,7 +20,13 @@
         r.nodes.length > 12 ? el("small", { class: "dim" }, `and ${r.nodes.length - 12} more`) : "",
       ]))),
     ]));
-    const when = ex.dry_run ? "dry run now (no attempt recorded yet)" : ex.recorded_at ? `last attempt ${new Date(ex.recorded_at).toLocaleString()}` : "";
+    // When it was made and what became of the replica it placed: a stored
+    // explanation of a replica since released must not read as current.
+    const made = ex.made_at || ex.recorded_at;
+    const ago = LG.known(ex.age_s) ? ` (${fmt.age(ex.age_s)} ago)` : "";
+    const pr = ex.placed_replica;
+    const fate = pr ? (pr.released ? ` · replica #${pr.id} has since been released` : ` · replica #${pr.id} is ${pr.state}`) : "";
+    const when = ex.dry_run ? "dry run now (no attempt recorded yet)" : made ? `last attempt ${new Date(made).toLocaleString()}${ago}${fate}` : "";
     return el("div", { class: "explanation" }, [head, el("small", { class: "dim" }, when), ...attempts]);
   }
 
