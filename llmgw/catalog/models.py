@@ -34,6 +34,8 @@ class Profile(models.Model):
     gpus_per_shard = models.PositiveIntegerField(default=0)
     tensor_parallel = models.PositiveIntegerField(default=1)
     nodes_per_replica = models.PositiveIntegerField(default=1)
+    # Both memory figures are GiB (2**30 bytes): memory is sold in binary
+    # gigabytes, and every surface prints sizes in binary units (llmgw.units).
     min_memory_gb = models.FloatField(default=0)
     # Declared claim on the node's memory; 0 is "nobody said" and claims nothing.
     memory_gb = models.FloatField(default=0)
