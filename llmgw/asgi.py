@@ -7,6 +7,7 @@ django_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from llmgw.console.consumers import ConsoleConsumer  # noqa: E402
@@ -16,8 +17,14 @@ from llmgw.serving.gateway.app import Gateway, mount  # noqa: E402
 websockets = URLRouter(
     [
         path("api/agent/v1/stream", AgentStreamConsumer.as_asgi()),
-        # Session auth for the console's pages; the agent stream uses its own credential.
-        path("ws/console", AuthMiddlewareStack(ConsoleConsumer.as_asgi())),
+        # Session auth for the console's pages; the agent stream uses its own
+        # credential. A browser sends the session cookie whichever site opens
+        # the socket, so the console's is refused unless its Origin is one of
+        # ALLOWED_HOSTS (an agent is no browser and sends no cookie).
+        path(
+            "ws/console",
+            AllowedHostsOriginValidator(AuthMiddlewareStack(ConsoleConsumer.as_asgi())),
+        ),
     ]
 )
 # /v1/ (the OpenAI-compatible gateway) is routed before Django: its
