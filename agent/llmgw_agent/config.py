@@ -55,6 +55,9 @@ class AgentConfig:
     # Where the agent installs engines (llama.cpp builds), one folder per build.
     engines_dir: Path = Path("/var/lib/llmgw-agent/engines")
     engines: tuple[ConfiguredEngine, ...] = ()
+    # The most an engine's archive may unpack to (and be downloaded as): a few kilobytes
+    # of gzip can unpack to terabytes. A llama.cpp release is well under 1 GiB.
+    engines_max_unpacked_gib: float = 4
     # Where shards' engines listen, and the address put in their URLs for the gateway
     # (None: serve_host, or the node's primary address when serve_host is a wildcard).
     serve_host: str = "127.0.0.1"
@@ -75,7 +78,7 @@ TOP_KEYS = {
     "server_url", "node", "credential_file", "join_token", "join_token_file", "ca_file",
     "model_dirs", "labels", "heartbeat_interval_s", "collectors", "proc_root", "sys_root",
     "rootfs", "command_wrapper", "fabrics", "engines_dir", "engines", "serve_host",
-    "advertise_host",
+    "advertise_host", "engines_max_unpacked_gib",
 }  # fmt: skip
 REQUIRED = ("server_url", "credential_file")
 FABRIC_KEYS = {"name", "adapters", "rate_gbps"}
@@ -241,6 +244,9 @@ def parse_config(text: str, source: str = "agent.yaml", base: Path | None = None
             "engines_dir", data.get("engines_dir", "/var/lib/llmgw-agent/engines"), base
         ),
         engines=_engines(c, data.get("engines", {})),
+        engines_max_unpacked_gib=c.number(
+            "engines_max_unpacked_gib", data.get("engines_max_unpacked_gib", 4)
+        ),
         serve_host=c.string("serve_host", data.get("serve_host", "127.0.0.1")),
         advertise_host=c.string("advertise_host", data["advertise_host"])
         if data.get("advertise_host") is not None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from socketserver import BaseRequestHandler
 from typing import Any
 
 import pytest
@@ -107,15 +108,14 @@ def pack_release(
     return out
 
 
+class Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
 @contextmanager
-def file_server(root: Path) -> Iterator[str]:
-    """A real HTTP server on 127.0.0.1 (a random port) serving `root`; yields its URL."""
-
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(root)))
+def _serve(handler: Callable[..., BaseRequestHandler]) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.daemon = True
     thread.start()
@@ -124,6 +124,60 @@ def file_server(root: Path) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def file_server(root: Path) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 (a random port) serving `root`; yields its URL."""
+    with _serve(partial(Quiet, directory=str(root))) as url:
+        yield url
+
+
+@dataclass
+class Stalling:
+    url: str
+    requests: list[str]
+
+
+@contextmanager
+def stalling_server(
+    root: Path, *, stalls: int = 1 << 30, drip_s: float | None = None
+) -> Iterator[Stalling]:
+    """A real HTTP server serving `root`, except that its first `stalls` GETs are answered
+    with the file's headers and first kilobyte, then nothing (a dead mirror, a proxy that
+    hung), or, with `drip_s`, one more byte every `drip_s` seconds (never stalled, never
+    done). Later GETs get the file."""
+    requests: list[str] = []
+    closing = threading.Event()
+
+    class Stall(Quiet):
+        def do_GET(self) -> None:
+            requests.append(self.path)
+            if len(requests) > stalls:
+                return super().do_GET()
+            data = (root / self.path.lstrip("/")).read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            sent = 1000
+            try:
+                self.wfile.write(data[:sent])
+                self.wfile.flush()
+                while not closing.wait(drip_s or 3600) and sent < len(data):
+                    if drip_s is not None:
+                        self.wfile.write(data[sent : sent + 1])
+                        self.wfile.flush()
+                        sent += 1
+            except OSError:
+                pass  # the agent gave up and closed the connection: what is tested
+            self.close_connection = True
+            return None
+
+    with _serve(partial(Stall, directory=str(root))) as url:
+        try:
+            yield Stalling(url, requests)
+        finally:
+            closing.set()  # before the server shuts down: let the stalled handlers end
 
 
 def build_llama_server() -> Path:

@@ -3,6 +3,7 @@ checked against their sha256 and report progress in the node's words."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import stat
@@ -12,7 +13,13 @@ from pathlib import Path
 
 import pytest
 from llmgw_agent.collectors import CommandResult
-from llmgw_agent.engines import DownloadError, UnsafeArchiveError, download, unpack
+from llmgw_agent.engines import (
+    DamagedArchiveError,
+    DownloadError,
+    UnsafeArchiveError,
+    download,
+    unpack,
+)
 from llmgw_agent.engines.archive import archive_root
 from llmgw_agent.engines.download import human_size
 from llmgw_agent.engines.verify import (
@@ -22,7 +29,7 @@ from llmgw_agent.engines.verify import (
     parse_llama_version,
 )
 
-from tests.agent.engine_helpers import RecordingRunner, file_server, make_tar, tar_info
+from tests.agent.engine_helpers import RecordingRunner, add_bytes, file_server, make_tar, tar_info
 
 
 def _refused(tmp_path: Path, archive: Path) -> str:
@@ -247,3 +254,57 @@ def test_version_parsing() -> None:
     any_version = parse_any_version("0.6.3.post1\n")
     assert any_version is not None and any_version.version == "0.6.3.post1"
     assert parse_llama_version("usage: llama-server [options]") is None
+
+
+def test_a_tar_bomb_is_refused_at_its_first_header_past_the_limit(tmp_path: Path) -> None:
+    # The headers of a bomb: a member declaring 5 GiB (its zeros would gzip to 5 MiB).
+    # It is refused on reading that header, before any of it is inflated or written.
+    first = tar_info("llama-b1/llama-server", size=3)
+    bomb = tar_info("llama-b1/libggml-cuda.so", size=5 << 30)
+    archive = tmp_path / "bomb.tar.gz"
+    with gzip.open(archive, "wb") as gz:
+        gz.write(first.tobuf() + b"#!x".ljust(512, b"\0") + bomb.tobuf())
+    assert _refused(tmp_path, archive) == (
+        "unpacks to at least 5.00 GiB, more than the 4.00 GiB allowed "
+        "(engines_max_unpacked_gib in agent.yaml)"
+    )
+
+
+def test_a_zip_past_the_limits_is_refused_with_both_numbers(tmp_path: Path) -> None:
+    big = _zip(tmp_path / "big.zip", [(f"f{i}", bytes(1 << 20), 0o100644) for i in range(3)])
+    dest = tmp_path / "dest"
+    with pytest.raises(UnsafeArchiveError) as exc:
+        unpack(big, dest, max_bytes=2 << 20)
+    assert str(exc.value) == (
+        "unpacks to 3.00 MiB, more than the 2.00 MiB allowed (engines_max_unpacked_gib in agent.yaml)"
+    )
+    # Just past the limit still reads as more than it.
+    with pytest.raises(UnsafeArchiveError) as exc:
+        unpack(big, dest, max_bytes=(3 << 20) - 1000)
+    assert str(exc.value).startswith("unpacks to 3.000 MiB, more than the 2.999 MiB allowed ")
+    many = _zip(tmp_path / "many.zip", [(f"f{i}", b"", 0o100644) for i in range(11)])
+    with pytest.raises(UnsafeArchiveError) as exc:
+        unpack(many, dest, max_members=10)
+    assert str(exc.value) == "holds 11 members, more than the 10 allowed"
+    assert not any(dest.iterdir())
+    unpack(big, dest, max_bytes=3 << 20, max_members=3)  # at the limits: fine
+    assert sorted(p.name for p in dest.iterdir()) == ["f0", "f1", "f2"]
+
+
+def test_a_damaged_archive_is_refused_as_damaged(tmp_path: Path) -> None:
+    archive = make_tar(tmp_path / "a.tar.gz", [("llama-b1/lib.so", os.urandom(100_000))])
+    archive.write_bytes(archive.read_bytes()[:50_000])
+    with pytest.raises(DamagedArchiveError) as exc:
+        unpack(archive, tmp_path / "dest")
+    assert str(exc.value) == "Compressed file ended before the end-of-stream marker was reached"
+    # A broken bzip2 stream is an OSError to bz2, but one of the archive, not of the node.
+    archive = tmp_path / "c.tar.bz2"
+    # 100 kB blocks: the first opens, a later one is broken.
+    with tarfile.open(archive, "w:bz2", compresslevel=1) as tar:
+        add_bytes(tar, "llama-b1/lib.so", os.urandom(300_000))
+    data = bytearray(archive.read_bytes())
+    data[-50_000:-49_900] = bytes(100)
+    archive.write_bytes(bytes(data))
+    with pytest.raises(DamagedArchiveError) as exc:
+        unpack(archive, tmp_path / "dest2")
+    assert str(exc.value) == "Invalid data stream"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llmgw_agent.engines import EngineManager, HostFacts
+from llmgw_agent.engines import EngineManager, HostFacts, InstallLimits
 from llmgw_agent.engines.verify import MARKER, Marker, parse_llama_version
 
 from tests.agent.engine_helpers import (
@@ -26,6 +26,7 @@ from tests.agent.engine_helpers import (
     file_server,
     pack_release,
     sha256_of,
+    stalling_server,
     tar_info,
 )
 
@@ -264,3 +265,37 @@ def test_the_recheck_demotes_when_a_library_goes(release: Release, tmp_path: Pat
     # Ten minutes later it is installed again from the archive.
     clock.now += 600
     assert _converge(manager, desired)["status"] == "installed"
+
+
+def test_a_failed_install_is_retried_after_the_delay_and_succeeds(
+    release: Release, tmp_path: Path
+) -> None:
+    """The mirror hangs on the first try; the install fails within the read timeout, is
+    not tried again before the retry delay, and then installs from the same URL."""
+    release.publish("retry")
+    clock = Clock()
+    manager = EngineManager(
+        engines_dir=tmp_path / "engines",
+        host=HOST,
+        run_packages=RecordingRunner(),
+        clock=clock,
+        limits=InstallLimits(read_s=1),
+    )
+    with stalling_server(release.served, stalls=1) as mirror:
+        archive = release.served / "retry" / ASSET
+        desired = spec(f"{mirror.url}/retry/{ASSET}", sha256_of(archive))
+        entry = _converge(manager, desired)
+        assert entry["status"] == "failed"
+        assert entry["message"] == f"download of {ASSET} stalled: no data for 1 s"
+        _nothing_installed(tmp_path)
+
+        clock.now += 599  # not due yet: nothing is asked of the mirror
+        assert _converge(manager, desired) == entry
+        assert len(mirror.requests) == 1
+
+        clock.now += 1
+        entry = _converge(manager, desired)
+        assert entry["status"] == "installed", entry
+        assert len(mirror.requests) == 2
+    state = manager.state("llama.cpp", TAG)
+    assert state is not None and state.failed_at is None

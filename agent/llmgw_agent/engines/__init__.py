@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .archive import UnsafeArchiveError, unpack
+from .archive import ArchiveError, DamagedArchiveError, UnsafeArchiveError, unpack
 from .download import DownloadError, download
 from .host import HostFacts, host_facts
-from .installer import Installed, InstallError, install, recheck
+from .installer import Installed, InstallError, InstallLimits, install, recheck
 from .manager import EngineManager, EngineState
 from .packages import PackageError, PackageManager, ensure_packages, package_manager, packages_for
 from .platform import CUDA_MIN_DRIVER, NO_AVX2, NoBuildError, choose_build, cpu_warnings
@@ -14,6 +14,8 @@ from .verify import VerifyError, parse_llama_version
 
 __all__ = [
     "CUDA_MIN_DRIVER",
+    "ArchiveError",
+    "DamagedArchiveError",
     "NO_AVX2",
     "Build",
     "DownloadError",
@@ -22,6 +24,7 @@ __all__ = [
     "EngineState",
     "HostFacts",
     "InstallError",
+    "InstallLimits",
     "Installed",
     "NoBuildError",
     "PackageError",

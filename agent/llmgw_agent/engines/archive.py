@@ -5,25 +5,63 @@ out, a member written through a link, a symlink whose target (followed through t
 archive's other symlinks, as the kernel would) leaves the directory, a hard link to
 anything but a regular file of the archive, and devices or FIFOs are all refused, naming
 the member. Only then is the archive extracted, with tarfile's own "data" filter on top.
+
+Unpacking is bounded too: an archive whose members add up to more than agent.yaml's
+`engines_max_unpacked_gib`, or that holds more than MAX_MEMBERS members, is refused before
+anything is written (a few kilobytes of gzip can unpack to terabytes of zeros). An archive
+that cannot be read to its end is refused as damaged, saying what broke.
 """
 
 from __future__ import annotations
 
+import gzip
+import lzma
 import os
 import posixpath
 import shutil
 import stat
 import tarfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from .sizes import format_bytes_pair
+
 # The kernel gives up after 40 links in one lookup (ELOOP); so does this.
 MAX_LINK_HOPS = 40
+# A llama.cpp release unpacks to well under 1 GiB, a CUDA build with its runtime
+# libraries to 2 or so; agent.yaml can raise it (engines_max_unpacked_gib).
+MAX_UNPACKED_BYTES = 4 << 30
+# Releases hold tens of files; this is far past any engine and far short of running the
+# filesystem out of inodes.
+MAX_MEMBERS = 20_000
+LIMIT_KEY = "engines_max_unpacked_gib"
+
+# What reading a damaged archive raises, besides tarfile's and zipfile's own errors. gzip
+# and bz2 raise OSError for a bad stream, but without an errno, unlike a failed write.
+_DAMAGED = (
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    zlib.error,
+    lzma.LZMAError,
+    gzip.BadGzipFile,
+    EOFError,
+    NotImplementedError,  # a zip compression method Python cannot read
+)
 
 
-class UnsafeArchiveError(Exception):
-    """A member would land (or point) outside the install directory."""
+class ArchiveError(Exception):
+    """The archive cannot be unpacked; the message says why."""
+
+
+class UnsafeArchiveError(ArchiveError):
+    """A member would land (or point) outside the install directory, or it is too big."""
+
+
+class DamagedArchiveError(ArchiveError):
+    """The archive cannot be read to its end: truncated, a bad checksum, bad compression."""
 
 
 @dataclass(frozen=True)
@@ -111,9 +149,35 @@ def check_members(members: list[Member]) -> None:
                 )
 
 
-def _tar_members(tar: tarfile.TarFile) -> list[Member]:
-    out = []
-    for info in tar.getmembers():
+def _too_big(total: int, limit: int, exact: bool) -> UnsafeArchiveError:
+    got, allowed = format_bytes_pair(total, limit)
+    return UnsafeArchiveError(
+        f"unpacks to {'' if exact else 'at least '}{got}, more than the {allowed} allowed "
+        f"({LIMIT_KEY} in agent.yaml)"
+    )
+
+
+def _too_many(count: int, limit: int, exact: bool) -> UnsafeArchiveError:
+    return UnsafeArchiveError(
+        f"holds {'' if exact else 'at least '}{count} members, more than the {limit} allowed"
+    )
+
+
+def _tar_members(
+    tar: tarfile.TarFile, max_bytes: int, max_members: int
+) -> tuple[list[tarfile.TarInfo], list[Member]]:
+    infos: list[tarfile.TarInfo] = []
+    out: list[Member] = []
+    total = 0
+    # One header at a time, counting as it goes: getmembers() would first decompress the
+    # whole stream, bomb included, to find the last header.
+    for info in tar:
+        if len(out) == max_members:
+            raise _too_many(len(out) + 1, max_members, exact=False)
+        if info.isreg():
+            total += info.size
+            if total > max_bytes:
+                raise _too_big(total, max_bytes, exact=False)
         path = _normalise(info.name, info.name)
         if info.isdir():
             kind = "dir"
@@ -134,13 +198,22 @@ def _tar_members(tar: tarfile.TarFile) -> list[Member]:
             raise UnsafeArchiveError(
                 f"archive member {info.name!r} is a device or FIFO, not a file, folder or link"
             )
+        infos.append(info)
         out.append(Member(info.name, path, kind, info.linkname))
-    return out
+    return infos, out
 
 
-def _zip_members(zf: zipfile.ZipFile) -> list[Member]:
+def _zip_members(zf: zipfile.ZipFile, max_bytes: int, max_members: int) -> list[Member]:
+    infos = zf.infolist()
+    if len(infos) > max_members:
+        raise _too_many(len(infos), max_members, exact=True)
+    # zipfile never inflates a member past the size its header declares (it stops there,
+    # and a CRC mismatch is an error), so the declared sizes bound what is written.
+    total = sum(i.file_size for i in infos if not i.is_dir())
+    if total > max_bytes:
+        raise _too_big(total, max_bytes, exact=True)
     out = []
-    for info in zf.infolist():
+    for info in infos:
         # Some Windows tools write backslashes; read them as the separators they meant.
         name = info.filename.replace("\\", "/")
         path = _normalise(name, info.filename)
@@ -187,23 +260,43 @@ def _verify_tree(dest: Path) -> None:
                     )
 
 
-def unpack(archive: Path, dest: Path) -> None:
-    """Unpack a tar (any compression) or zip archive into `dest`, which must be empty."""
+def unpack(
+    archive: Path,
+    dest: Path,
+    *,
+    max_bytes: int = MAX_UNPACKED_BYTES,
+    max_members: int = MAX_MEMBERS,
+) -> None:
+    """Unpack a tar (any compression) or zip archive into `dest`, which must be empty.
+
+    Raises ArchiveError (UnsafeArchiveError, DamagedArchiveError) for anything wrong with
+    the archive; OSError only for the node's own trouble (a full disk, permissions).
+    """
     dest.mkdir(parents=True, exist_ok=True)
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as zf:
-            members = _zip_members(zf)
-            check_members(members)
-            _extract_zip(zf, members, dest)
-    else:
-        try:
-            tar = tarfile.open(archive, mode="r:*")
-        except tarfile.TarError as exc:
-            raise UnsafeArchiveError(f"not a tar or zip archive: {exc}") from exc
-        with tar:
-            check_members(_tar_members(tar))
-            # The "data" filter (Python 3.11.4+) refuses the same things once more.
-            tar.extractall(dest, filter="data")
+    try:
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as zf:
+                members = _zip_members(zf, max_bytes, max_members)
+                check_members(members)
+                _extract_zip(zf, members, dest)
+        else:
+            try:
+                tar = tarfile.open(archive, mode="r:*")
+            except tarfile.TarError as exc:
+                raise UnsafeArchiveError(f"not a tar or zip archive: {exc}") from exc
+            with tar:
+                infos, members = _tar_members(tar, max_bytes, max_members)
+                check_members(members)
+                # The "data" filter (Python 3.11.4+) refuses the same things once more.
+                tar.extractall(dest, members=infos, filter="data")
+    except tarfile.FilterError as exc:
+        raise UnsafeArchiveError(str(exc)) from exc
+    except _DAMAGED as exc:
+        raise DamagedArchiveError(str(exc) or type(exc).__name__) from exc
+    except OSError as exc:
+        if exc.errno is not None:
+            raise
+        raise DamagedArchiveError(str(exc) or type(exc).__name__) from exc
     _verify_tree(dest)
 
 

@@ -1,7 +1,8 @@
 """Install one engine build: packages, download, checksum, unpack, ldd, --version, marker.
 
 The marker is written last and only after the binary ran: a folder without one is not
-installed, whatever else is in it.
+installed, whatever else is in it. Every step is bounded (InstallLimits), so an install
+always ends, installed or failed with the reason.
 """
 
 from __future__ import annotations
@@ -17,8 +18,24 @@ from pathlib import Path
 import httpx
 
 from ..collectors import CommandRunner
-from .archive import UnsafeArchiveError, archive_root, unpack
-from .download import DownloadError, Progress, download, filename_of
+from .archive import (
+    MAX_MEMBERS,
+    MAX_UNPACKED_BYTES,
+    ArchiveError,
+    DamagedArchiveError,
+    archive_root,
+    unpack,
+)
+from .download import (
+    CONNECT_S,
+    DEADLINE_S,
+    READ_S,
+    DownloadError,
+    DownloadLimits,
+    Progress,
+    download,
+    filename_of,
+)
 from .packages import PackageError, PackageManager, ensure_packages, packages_for
 from .platform import parse_platform
 from .spec import EngineSpec
@@ -31,6 +48,28 @@ DOWNLOADS = ".downloads"
 
 class InstallError(Exception):
     """The install failed; the message is what the node reports."""
+
+
+@dataclass(frozen=True)
+class InstallLimits:
+    """How long each step may take and how much it may write."""
+
+    connect_s: float = CONNECT_S
+    read_s: float = READ_S  # no byte for this long: the download has stalled
+    download_s: float = DEADLINE_S  # the whole download, however slowly it trickles
+    # Unpacked bytes (agent.yaml engines_max_unpacked_gib); bounds the download as well,
+    # as no archive of a release is much larger than what it unpacks to.
+    unpacked_bytes: int = MAX_UNPACKED_BYTES
+    members: int = MAX_MEMBERS
+    version_s: float = 30.0  # ldd, and the binary's --version
+
+    def download_limits(self) -> DownloadLimits:
+        return DownloadLimits(
+            connect_s=self.connect_s,
+            read_s=self.read_s,
+            deadline_s=self.download_s,
+            max_bytes=self.unpacked_bytes,
+        )
 
 
 @dataclass(frozen=True)
@@ -61,7 +100,9 @@ def install(
     progress: Progress = lambda _: None,
     client: httpx.Client | None = None,
     stop: threading.Event | None = None,
+    limits: InstallLimits = InstallLimits(),
 ) -> Installed:
+    """Raises InstallError, with the reason to report, for anything that goes wrong."""
     binary_name = spec.binary
     if binary_name is None:
         raise InstallError(
@@ -92,6 +133,7 @@ def install(
             progress=progress,
             client=client,
             stop=stop,
+            limits=limits.download_limits(),
         )
     except DownloadError as exc:
         raise InstallError(str(exc)) from exc
@@ -102,9 +144,19 @@ def install(
     try:
         progress(f"unpacking {name}")
         try:
-            unpack(archive, staging)
-        except UnsafeArchiveError as exc:
+            unpack(archive, staging, max_bytes=limits.unpacked_bytes, max_members=limits.members)
+        except DamagedArchiveError as exc:
+            # The sha256 matched, so this is the file the control plane was told of.
+            raise InstallError(
+                f"{name}: damaged archive: {exc}; it matched its sha256, "
+                "so the file published is bad"
+            ) from exc
+        except ArchiveError as exc:
             raise InstallError(f"{name}: {exc}") from exc
+        except OSError as exc:
+            raise InstallError(
+                f"cannot unpack {name} into {engines_dir}: {exc.strerror or exc}"
+            ) from exc
         finally:
             archive.unlink(missing_ok=True)
         binary = find_binary(archive_root(staging), binary_name)

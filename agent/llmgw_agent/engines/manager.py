@@ -25,7 +25,15 @@ import httpx
 from ..collectors import CommandRunner, Roots, make_runner
 from ..config import AgentConfig, ConfiguredEngine
 from .host import HostFacts, host_facts
-from .installer import Installed, InstallError, demote, install, installed_folders, recheck
+from .installer import (
+    Installed,
+    InstallError,
+    InstallLimits,
+    demote,
+    install,
+    installed_folders,
+    recheck,
+)
 from .packages import package_manager
 from .platform import NoBuildError, choose_build, cpu_warnings, cuda_fallback_note
 from .spec import EngineSpec
@@ -85,11 +93,13 @@ class EngineManager:
         retry_s: float = RETRY_S,
         clock: Callable[[], float] = time.monotonic,
         client: httpx.Client | None = None,
+        limits: InstallLimits | None = None,
     ) -> None:
         self.engines_dir = engines_dir
         self.host = host
+        self.limits = limits or InstallLimits()
         self.run_packages = run_packages
-        self.run_local = run_local or local_runner()
+        self.run_local = run_local or local_runner(self.limits.version_s)
         self.package_manager = package_manager(host.os_id, host.os_like)
         self.configured = {c.name: c for c in configured}
         self.recheck_s, self.retry_s, self.clock = recheck_s, retry_s, clock
@@ -108,6 +118,9 @@ class EngineManager:
     @classmethod
     def from_config(cls, config: AgentConfig, roots: Roots, **kw: Any) -> EngineManager:
         kw.setdefault("run_packages", make_runner(config.command_wrapper, timeout_s=900))
+        kw.setdefault(
+            "limits", InstallLimits(unpacked_bytes=int(config.engines_max_unpacked_gib * 2**30))
+        )
         return cls(
             engines_dir=config.engines_dir, host=host_facts(roots), configured=config.engines, **kw
         )
@@ -309,12 +322,21 @@ class EngineManager:
                 progress=lambda message: self._set(key, message=message),
                 client=self.client,
                 stop=self._stop,
+                limits=self.limits,
             )
-        except (InstallError, OSError) as exc:
-            reason = str(exc) if isinstance(exc, InstallError) else f"{type(exc).__name__}: {exc}"
-            log.warning(
-                "install of %s %s (%s) failed: %s", spec.name, spec.version, platform, reason
-            )
+        except Exception as exc:  # noqa: BLE001 - whatever broke, the install has ended
+            # Anything escaping here would leave the engine "installing" for good: the
+            # worker only retries what has failed.
+            if isinstance(exc, InstallError):
+                reason = str(exc)
+                log.warning(
+                    "install of %s %s (%s) failed: %s", spec.name, spec.version, platform, reason
+                )
+            else:
+                reason = f"{type(exc).__name__}: {exc}"
+                log.exception(
+                    "install of %s %s (%s) failed unexpectedly", spec.name, spec.version, platform
+                )
             self._set(key, status="failed", message=reason, failed_at=self.clock())
             return
         log.info("installed %s %s (%s) at %s", spec.name, spec.version, platform, found.folder)

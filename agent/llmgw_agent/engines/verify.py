@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..collectors import CommandRunner, make_runner
+from ..collectors import CommandResult, CommandRunner
 
 MARKER = ".llmgw-installed.json"
 # llama-server --version prints one of (on stderr, then "built with GNU 12.2.0 for Linux x86_64"):
@@ -47,7 +48,40 @@ class VersionInfo:
 
 
 def local_runner(timeout_s: float = 30.0) -> CommandRunner:
-    return make_runner((), timeout_s=timeout_s)
+    """Runs a command of the engine's, killing all of it when it takes too long.
+
+    The command runs in a session of its own, and on a timeout the whole process group
+    is killed: an engine's `--version` may be a launcher script, and killing only the
+    script (as subprocess.run does) would leave its hung child running for good, one
+    more with every retry.
+    """
+
+    def run(argv: Sequence[str]) -> CommandResult:
+        with subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        ) as proc:
+            try:
+                stdout, stderr = proc.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                try:
+                    # A child that left the group could still hold the pipes open:
+                    # stop waiting for it rather than hang here instead.
+                    proc.communicate(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+                raise subprocess.TimeoutExpired(list(argv), timeout_s) from None
+            return CommandResult(proc.returncode, stdout, stderr)
+
+    return run
 
 
 def shared_objects(folder: Path) -> list[Path]:
