@@ -94,8 +94,22 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = env.url("DATABASE_URL", ("postgres", "postgresql", "sqlite"))
+# Connections a web or worker process may hold at once (psycopg's pool).
+DATABASE_POOL_MAX = env.integer("LLMGW_DB_POOL_MAX", 8, minimum=1)
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+if DATABASE_URL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # A pool, not CONN_MAX_AGE: under uvicorn each request's sync part runs
+    # on a thread of its own and a persistent connection belongs to its
+    # thread, so every request left one behind, idle, until PostgreSQL had
+    # none left. The pool bounds a process's connections and reuses them.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "pool": {"min_size": 1, "max_size": DATABASE_POOL_MAX, "timeout": 10},
+        "connect_timeout": 5,
+    }
+elif DATABASE_URL:
+    DATABASES["default"]["CONN_MAX_AGE"] = 60
 else:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
