@@ -42,8 +42,12 @@ def _finished(command: AgentCommand) -> None:
             log.exception("handling the result of %s failed", command)
 
 
-def group(node_id: int) -> str:
-    return f"agent-{node_id}"
+def group(node_id: int, credential_hash: str) -> str:
+    """The channel group of the node's streams opened with this credential.
+    It changes with every join, so a socket opened before a revocation never
+    hears of the next credential's commands (the digest's head only: the
+    name is not a secret, and the digest of a 256-bit secret gives none away)."""
+    return f"agent-{node_id}-{credential_hash[:16]}"
 
 
 def send(
@@ -63,32 +67,71 @@ def send(
 
 
 def _wake(node_id: int) -> None:
+    held = Node.objects.filter(pk=node_id).values_list("credential_hash", flat=True).first()
+    if held:
+        _group_send(group(node_id, held), "agent.command")
+
+
+def close_streams(node_id: int, credential_hash: str) -> None:
+    """Close the node's streams opened with this credential, now: called on
+    the commit of a revocation. A stream the message misses (no shared
+    channel layer) closes at its next poll, within a second."""
+    if credential_hash:
+        _group_send(group(node_id, credential_hash), "agent.revoked")
+
+
+def _group_send(name: str, kind: str) -> None:
     layer = get_channel_layer()
     if layer is not None:
         try:
-            async_to_sync(layer.group_send)(group(node_id), {"type": "agent.command"})
-        except Exception:  # the stream's poll delivers it anyway
-            log.debug("could not wake node %s's stream", node_id, exc_info=True)
+            async_to_sync(layer.group_send)(name, {"type": kind})
+        except Exception:  # the stream's poll does it anyway, within a second
+            log.debug("could not send %s to %s", kind, name, exc_info=True)
 
 
-def claim(node_id: int) -> list[AgentCommand]:
+def holds(node_id: int, credential_hash: str) -> bool:
+    """Whether the node's credential is still the one a stream opened with."""
+    return bool(credential_hash) and (
+        Node.objects.filter(pk=node_id, credential_hash=credential_hash, revoked_at=None).exists()
+    )
+
+
+def _held(credential_hash: str | None) -> dict[str, Any]:
+    # In the UPDATE's own WHERE, not a check before it: a revocation or a
+    # re-join committed between the two would otherwise let an old socket
+    # take a command or answer one.
+    # An empty digest (a revoked node's) holds nothing: it becomes IS NULL,
+    # which the column never is.
+    if credential_hash is None:
+        return {}
+    return {"node__credential_hash": credential_hash or None, "node__revoked_at": None}
+
+
+def claim(node_id: int, held: str | None = None) -> list[AgentCommand] | None:
     """Pending commands for the node, marked sent. Compare-and-set on the
-    state, so two deliveries racing (a wake-up and a poll) send each once."""
+    state, so two deliveries racing (a wake-up and a poll) send each once.
+
+    A stream passes `held`, the digest of the credential it opened with; it
+    gets None when the node holds that credential no longer (revoked, or
+    joined again since), and must close."""
+    if held is not None and not holds(node_id, held):
+        return None
     now = timezone.now()
     claimed = []
     for command in AgentCommand.objects.filter(
         node_id=node_id, state=CommandState.PENDING
     ).order_by("pk"):
-        won = AgentCommand.objects.filter(pk=command.pk, state=CommandState.PENDING).update(
-            state=CommandState.SENT, sent_at=now
-        )
+        won = AgentCommand.objects.filter(
+            pk=command.pk, state=CommandState.PENDING, **_held(held)
+        ).update(state=CommandState.SENT, sent_at=now)
         if won:
             claimed.append(command)
     return claimed
 
 
-def finish(node_id: int, result: dict[str, Any]) -> AgentCommand | None:
-    """Store a result. A node can only answer its own commands."""
+def finish(node_id: int, result: dict[str, Any], held: str | None = None) -> AgentCommand | None:
+    """Store a result. A node can only answer its own commands, and a
+    stream (`held`, as for claim) only while its credential is the node's."""
     try:
         pk = int(result.get("id"))  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -96,7 +139,9 @@ def finish(node_id: int, result: dict[str, Any]) -> AgentCommand | None:
     ok = bool(result.get("ok"))
     output = str(result.get("output") or "")[:MAX_OUTPUT]
     error = str(result.get("error") or "")[:10_000]
-    updated = AgentCommand.objects.filter(pk=pk, node_id=node_id, state=CommandState.SENT).update(
+    updated = AgentCommand.objects.filter(
+        pk=pk, node_id=node_id, state=CommandState.SENT, **_held(held)
+    ).update(
         state=CommandState.DONE if ok else CommandState.FAILED,
         output=output,
         error=error,

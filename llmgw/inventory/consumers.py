@@ -1,6 +1,11 @@
 """The agent's stream: a WebSocket the agent opens to the control plane,
 authenticated with its node credential, over which commands go down and
-their results come back."""
+their results come back.
+
+A stream stays bound to the credential it opened with: revoking the node
+closes it at once (a message on commit), and every poll and every result
+checks the credential again, so a stream that missed the message is deaf
+within a second and what it sends meanwhile is dropped."""
 
 from __future__ import annotations
 
@@ -14,10 +19,16 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from llmgw.inventory import commands, services
 
 POLL_S = 1.0
+# The close code of a refused or revoked credential (4000 + HTTP 401).
+UNAUTHORIZED = 4401
 
 
 class AgentStreamConsumer(AsyncJsonWebsocketConsumer):
     node_id: int | None = None
+    # The digest of the credential this stream opened with.
+    held: str = ""
+    group: str | None = None
+    _closed = False
     _poller: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
@@ -31,11 +42,12 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):
             else None
         )
         if node is None:
-            await self.close(code=4401)
+            await self.close(code=UNAUTHORIZED)
             return
-        self.node_id = node.pk
+        self.node_id, self.held = node.pk, node.credential_hash
         self._lock = asyncio.Lock()
-        await self.channel_layer.group_add(commands.group(node.pk), self.channel_name)
+        self.group = commands.group(node.pk, node.credential_hash)
+        await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         self._poller = asyncio.create_task(self._poll())
 
@@ -44,20 +56,34 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
-        if self.node_id is not None:
-            await self.channel_layer.group_discard(commands.group(self.node_id), self.channel_name)
+        if self.group is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def _poll(self) -> None:
-        while True:
+        while not self._closed:
             await self._deliver()
             await asyncio.sleep(POLL_S)
 
     async def agent_command(self, event: dict[str, Any]) -> None:
         await self._deliver()
 
+    async def agent_revoked(self, event: dict[str, Any]) -> None:
+        await self._revoked()
+
+    async def _revoked(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self.close(code=UNAUTHORIZED)
+
     async def _deliver(self) -> None:
         async with self._lock:
-            for command in await database_sync_to_async(commands.claim)(self.node_id):
+            if self._closed:
+                return
+            claimed = await database_sync_to_async(commands.claim)(self.node_id, self.held)
+            if claimed is None:
+                await self._revoked()
+                return
+            for command in claimed:
                 await self.send_json(
                     {
                         "type": "command",
@@ -69,5 +95,9 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):
                 )
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if self._closed:
+            return
         if isinstance(content, dict) and content.get("type") == "result":
-            await database_sync_to_async(commands.finish)(self.node_id, content)
+            # finish() checks the credential in its UPDATE: a result sent
+            # after a revocation is not stored even if it won the race.
+            await database_sync_to_async(commands.finish)(self.node_id, content, self.held)

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from llmgw.console import events as console_events
 from llmgw.fabrics import services as fabric_services
-from llmgw.inventory import credentials, gpus
+from llmgw.inventory import commands, credentials, gpus
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import AuditEvent, Filesystem, ModelHolding, Node
 from llmgw.serving import desired as desired_state
@@ -76,12 +76,13 @@ def join(name: str, token: str) -> str:
 
 @transaction.atomic
 def revoke_node(name: str, actor: str) -> None:
-    updated = Node.objects.filter(name=name).update(
+    node = _locked(name)
+    Node.objects.filter(pk=node.pk).update(
         credential_hash="", join_token_hash="", revoked_at=timezone.now(), state=NodeState.NOT_READY
     )
-    if not updated:
-        raise InventoryError(f"no node named {name}")
     _audit(name, actor, "node-revoke")
+    # Its open command streams are closed now, not at their next poll.
+    transaction.on_commit(lambda: commands.close_streams(node.pk, node.credential_hash))
 
 
 def authenticate(credential: str) -> Node | None:
