@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,9 +41,21 @@ def _digest(data: Any) -> str:
 # --- identity ---------------------------------------------------------------
 
 
+# The names an agent can report as: its payloads' `node` is checked against
+# this (api/agent_serializers.NAME), and the console and the API put the name
+# in their URLs. A node added under another name could never join.
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+
+
 @transaction.atomic
 def add_node(name: str, actor: str) -> str:
     """Create (or re-open) a node and return its one-time join token."""
+    if not NODE_NAME.fullmatch(name):
+        raise InventoryError(
+            f"node name {name!r} is refused: an agent reports as letters, digits, '.', '_' "
+            f"and '-', starting with a letter or a digit, 253 characters at most"
+            + (f" (this one has {len(name)})" if len(name) > 253 else "")
+        )
     node, _ = Node.objects.select_for_update().get_or_create(name=name)
     if node.credential_hash and not node.revoked_at:
         raise InventoryError(f"node {name} has already joined; revoke it first to re-join")
@@ -67,10 +80,13 @@ def join(name: str, token: str) -> str:
             join_token_hash=credentials.digest(token),
             join_token_expires_at__gt=now,
         ).update(join_token_hash="", join_token_expires_at=None, credential_hash=cred_digest)
-        if won != 1:
-            _audit(name, "agent", "join-refused", "unknown node, used or expired token")
-            raise InventoryError("join refused: unknown node, or the token was used or has expired")
-        _audit(name, "agent", "join")
+        if won == 1:
+            _audit(name, "agent", "join")
+    if won != 1:
+        # Outside the block above: a refusal raised inside it would roll its
+        # own audit row back, and a token being guessed is worth a record.
+        _audit(name, "agent", "join-refused", "unknown node, used or expired token")
+        raise InventoryError("join refused: unknown node, or the token was used or has expired")
     return credential
 
 
