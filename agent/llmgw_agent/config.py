@@ -58,6 +58,9 @@ class AgentConfig:
     # The most an engine's archive may unpack to (and be downloaded as): a few kilobytes
     # of gzip can unpack to terabytes. A llama.cpp release is well under 1 GiB.
     engines_max_unpacked_gib: float = 4
+    # Engines outlive the agent (an upgrade or restart must not take models down); true
+    # stops them when the agent stops.
+    stop_engines_on_exit: bool = False
     # Where shards' engines listen, and the address put in their URLs for the gateway
     # (None: serve_host, or the node's primary address when serve_host is a wildcard).
     serve_host: str = "127.0.0.1"
@@ -78,6 +81,7 @@ TOP_KEYS = {
     "server_url", "node", "credential_file", "join_token", "join_token_file", "ca_file",
     "model_dirs", "labels", "heartbeat_interval_s", "collectors", "proc_root", "sys_root",
     "rootfs", "command_wrapper", "fabrics", "engines_dir", "engines", "serve_host",
+    "stop_engines_on_exit",
     "advertise_host", "engines_max_unpacked_gib",
 }  # fmt: skip
 REQUIRED = ("server_url", "credential_file")
@@ -218,6 +222,9 @@ def parse_config(text: str, source: str = "agent.yaml", base: Path | None = None
     fabrics_raw = data.get("fabrics", [])
     if not isinstance(fabrics_raw, list):
         raise c.fail("fabrics", "must be a list")
+    stop_engines = data.get("stop_engines_on_exit", False)
+    if not isinstance(stop_engines, bool):
+        raise c.fail("stop_engines_on_exit", f"must be true or false, got {stop_engines!r}")
 
     def opt_path(key: str) -> Path | None:
         return c.path(key, data[key], base) if data.get(key) is not None else None
@@ -251,6 +258,7 @@ def parse_config(text: str, source: str = "agent.yaml", base: Path | None = None
         advertise_host=c.string("advertise_host", data["advertise_host"])
         if data.get("advertise_host") is not None
         else None,
+        stop_engines_on_exit=stop_engines,
     )
 
 
