@@ -43,6 +43,36 @@ class SubnetManager(models.Model):
         return f"{self.guid} ({self.state})"
 
 
+class ManagerObservation(models.Model):
+    """A subnet manager as one node last reported it. A node writes only its
+    own rows; SubnetManager and the fabric's master are worked out from every
+    node's (llmgw.fabrics.managers), so no node can rewrite what the others
+    see, nor the fabric's records on its word alone."""
+
+    node = models.ForeignKey(
+        "inventory.Node", on_delete=models.CASCADE, related_name="manager_observations"
+    )
+    fabric = models.ForeignKey(
+        PhysicalFabric, on_delete=models.CASCADE, related_name="observations"
+    )
+    guid = models.CharField(max_length=18, db_index=True)
+    lid = models.IntegerField(null=True, blank=True)
+    priority = models.IntegerField(null=True, blank=True)
+    state = models.CharField(max_length=16, blank=True, default="")
+    # The node's ports (or, failing them, its listing) name this the master.
+    master = models.BooleanField(default=False)
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["fabric", "guid", "node"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "guid"], name="one_observation_per_manager")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.guid} ({self.state}) seen by node {self.node_id}"
+
+
 class MasterChange(models.Model):
     """Every change of master a port reported; kept, and a fabric's last day listed."""
 

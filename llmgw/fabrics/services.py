@@ -8,6 +8,7 @@ no signals.
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from datetime import datetime
 from typing import Any
 
@@ -15,11 +16,12 @@ from django.db import transaction
 from llmgw_agent.fabric_identity import fabric_identity, normalize_guid
 
 from llmgw.console import events as console_events
+from llmgw.fabrics import managers
 from llmgw.fabrics.choices import FabricKind
-from llmgw.fabrics.models import MasterChange, PhysicalFabric, Port, SubnetManager
+from llmgw.fabrics.models import PhysicalFabric, Port, SubnetManager
 from llmgw.inventory.models import Node
 
-GONE = "GONE"
+GONE = managers.GONE
 IDENTITY_FIELDS = (
     "device",
     "port",
@@ -64,12 +66,22 @@ def _guid(text: Any) -> str:
 
 
 class Observer:
-    """One heartbeat's ports and managers, applied to the stored fabrics."""
+    """One heartbeat's ports and managers, as this node's observations: the
+    fabric's records are worked out from every node's (llmgw.fabrics.managers)."""
 
     def __init__(self, node: Node, now: datetime) -> None:
         self.node, self.now = node, now
+        # GUID -> fabric identity, as the fabric's records have it; this
+        # report's own listings are added as they are read, so its ports
+        # find the fabric its listing named.
         self.known = dict(SubnetManager.objects.values_list("guid", "fabric__identity"))
         self.fabrics: dict[str, PhysicalFabric] = {}
+        self.seen: dict[str, managers.Seen] = {}
+        self.listed_master: dict[int, str] = {}
+        self.port_masters: dict[int, Counter[str]] = defaultdict(Counter)
+        # Whether a listing named any manager: an empty one (the tools
+        # failed this time) is no word on the managers at all.
+        self.listed = False
 
     def fabric(self, identity: str, kind: str) -> PhysicalFabric:
         if identity not in self.fabrics:
@@ -84,54 +96,22 @@ class Observer:
         return self.fabrics[identity]
 
     def listing(self, entry: dict[str, Any]) -> None:
-        managers = [m for m in entry.get("managers") or [] if _guid(m.get("guid"))]
-        if not managers:
+        listed = [m for m in entry.get("managers") or [] if _guid(m.get("guid"))]
+        if not listed:
             return
-        identity = fabric_identity(managers, self.known)
-        fabric = self.fabric(identity, FabricKind.INFINIBAND)
-        for m in managers:
-            self.manager(fabric, _guid(m["guid"]), m, default_state="")
-        # Kept (a manager's GUID carries the fabric's name through a
-        # failover) but marked: a manager the listing no longer names is not
-        # a standby anyone can fail over to.
-        listed = [_guid(m["guid"]) for m in managers]
-        SubnetManager.objects.filter(fabric=fabric).exclude(guid__in=listed).update(state=GONE)
-        master = _guid(entry.get("master")) or next(
-            (_guid(m["guid"]) for m in managers if m.get("state") == "MASTER"), ""
-        )
-        priority = next((m.get("priority") for m in managers if _guid(m["guid"]) == master), None)
-        self.master(fabric, master, priority)
-
-    def manager(
-        self, fabric: PhysicalFabric, guid: str, seen: dict[str, Any], default_state: str
-    ) -> None:
-        """Record a subnet manager as seen on this fabric, and remember whose
-        it is: its GUID carries the fabric's identity through a failover."""
-        self.known[guid] = fabric.identity
-        SubnetManager.objects.update_or_create(
-            guid=guid,
-            defaults={
-                "fabric": fabric,
-                "lid": seen.get("lid"),
-                "priority": seen.get("priority"),
-                "state": seen.get("state") or default_state,
-                "last_seen": self.now,
-            },
-        )
-
-    def master(self, fabric: PhysicalFabric, guid: str, priority: int | None) -> None:
-        if not guid or guid == fabric.master_guid:
-            return
-        if fabric.master_guid:
-            MasterChange.objects.create(
-                fabric=fabric,
-                at=self.now,
-                previous_guid=fabric.master_guid,
-                master_guid=guid,
-                reported_by=self.node.name,
+        self.listed = True
+        fabric = self.fabric(fabric_identity(listed, self.known), FabricKind.INFINIBAND)
+        for m in listed:
+            guid = _guid(m["guid"])
+            self.known[guid] = fabric.identity
+            self.seen[guid] = managers.Seen(
+                fabric, m.get("lid"), m.get("priority"), m.get("state") or ""
             )
-        fabric.master_guid, fabric.master_priority = guid, priority
-        fabric.save(update_fields=["master_guid", "master_priority"])
+        master = _guid(entry.get("master")) or next(
+            (_guid(m["guid"]) for m in listed if m.get("state") == "MASTER"), ""
+        )
+        if master in self.seen:
+            self.listed_master[fabric.pk] = master
 
     def port_fabric(self, p: dict[str, Any]) -> PhysicalFabric | None:
         if not is_active(p):
@@ -145,10 +125,21 @@ class Observer:
             return None  # up, but cannot say which fabric: kept apart
         identity = self.known.get(guid) or fabric_identity([guid], self.known)
         fabric = self.fabric(identity, FabricKind.INFINIBAND)
-        if guid not in self.known:
-            self.manager(fabric, guid, sm, default_state="MASTER")
-        self.master(fabric, guid, sm.get("priority"))
+        if guid not in self.seen:
+            self.known[guid] = identity
+            self.seen[guid] = managers.Seen(
+                fabric, sm.get("lid"), sm.get("priority"), sm.get("state") or "MASTER"
+            )
+        self.port_masters[fabric.pk][guid] += 1
         return fabric
+
+    def claims(self) -> dict[int, str]:
+        """The master this node names on each fabric: its ports' (read every
+        heartbeat), or else its listing's (once a minute)."""
+        claims = dict(self.listed_master)
+        for fabric_id, counts in self.port_masters.items():
+            claims[fabric_id] = managers.vote(counts, claims.get(fabric_id))
+        return claims
 
 
 def observe(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
@@ -183,6 +174,7 @@ def observe(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
         )
         seen.append(row.pk)
     Port.objects.filter(node=node).exclude(pk__in=seen).delete()
+    managers.record(node, observer.seen, observer.claims(), observer.listed, now)
     for fabric in observer.fabrics.values():
         PhysicalFabric.objects.filter(pk=fabric.pk).update(last_seen=now)
     console_events.fabric_changed(node=node.name)
