@@ -227,9 +227,14 @@ def test_missing_weights_wait_with_a_clear_message_then_start(
     assert (entry["state"], entry["message"]) == (
         "pending", f"model_path {folder} does not exist on this node",
     )  # fmt: skip
-    folder.mkdir()
-    make_tiny_gguf(folder / "a.gguf")
-    make_tiny_gguf(folder / "b.gguf", seed=1)
+    # Made beside it, then renamed into place: the supervisor looks every 50 ms, and a
+    # folder seen while it holds only a.gguf (a slow machine between the two writes)
+    # would start the engine instead of failing.
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    make_tiny_gguf(staging / "a.gguf")
+    make_tiny_gguf(staging / "b.gguf", seed=1)
+    staging.rename(folder)
     entry = wait_for(supervisor, lambda e: e.get("state") == "failed")
     assert entry["message"].startswith(f"model_path {folder} holds 2 .gguf files (a.gguf, b.gguf)")
     (folder / "b.gguf").unlink()
