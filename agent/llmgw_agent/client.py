@@ -27,6 +27,11 @@ JOIN, REGISTER, HEARTBEAT = (
 )
 
 
+# The longest wait between two attempts. An agent must be back within 15 s of the control
+# plane recovering: this wait, plus the attempt that failed just before the recovery.
+RETRY_CAP_S = 10.0
+
+
 class TransientError(Exception):
     """The server could not be reached or failed (connection, timeout, 5xx, 429): retry."""
 
@@ -67,10 +72,10 @@ def write_credential(path: Path, credential: str) -> None:
 class Backoff:
     """Exponential backoff with jitter, capped: a fleet coming back from one outage must
     not hit the control plane in lockstep. Half of each delay is random, so it never
-    drops to zero."""
+    drops to zero; no delay is longer than `cap`."""
 
     def __init__(
-        self, base: float = 1.0, cap: float = 60.0, rng: Callable[[], float] = random.random
+        self, base: float = 1.0, cap: float = RETRY_CAP_S, rng: Callable[[], float] = random.random
     ) -> None:
         self.base, self.cap, self.rng = base, cap, rng
         self.attempt = 0

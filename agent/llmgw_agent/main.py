@@ -14,6 +14,7 @@ from typing import Any
 
 from . import __version__
 from .client import (
+    RETRY_CAP_S,
     AgentClient,
     AuthError,
     Backoff,
@@ -101,7 +102,9 @@ def run(
     desired: dict[str, list[Any]] = {"engines": list(desired_engines), "shards": []}
     own_client = client is None
     client = client or AgentClient(config.server_url, ca_file=config.ca_file)
-    backoff = Backoff(cap=min(60.0, max(config.heartbeat_interval_s * 6, 1.0)))
+    # Never longer than RETRY_CAP_S, whatever the interval: after an outage the agent is
+    # back within 15 s of the control plane, and only sends its state as it is then.
+    backoff = Backoff(cap=min(RETRY_CAP_S, max(config.heartbeat_interval_s * 6, 1.0)))
 
     def reload_credential() -> None:
         # An operator who re-joins the node rewrites the file; pick it up without a restart.

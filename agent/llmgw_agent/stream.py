@@ -92,7 +92,7 @@ class Stream:
         self.send_lock = threading.Lock()
 
     def run_forever(self) -> None:
-        backoff = Backoff(cap=30.0)
+        backoff = Backoff()
         while not self.stop.is_set():
             credential = self.credential()
             if credential is None:

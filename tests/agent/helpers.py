@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import socket
+import threading
+import time
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,3 +38,80 @@ def write_mountinfo(path: Path, mounts: list[tuple[str, str, str, str]]) -> Path
         lines.append(f"{i} 1 {dev} / {point} rw,relatime shared:{i} - {fstype} {source} rw")
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+class StandIn:
+    """A control plane stand-in on 127.0.0.1 that can be stopped and started again on the
+    same port, as a web process restarts. Every POST is answered `answer_for(path)`: 200
+    with what a healthy control plane says to a heartbeat, or that status and no body.
+    `seen` records (monotonic time, path, status) for every request answered."""
+
+    def __init__(self, status: int = 200) -> None:
+        with socket.socket() as sock:  # a port that is free now; bound again on start()
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.status = status
+        self.seen: list[tuple[float, str, int]] = []
+        self.lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    def answer_for(self, path: str) -> int:
+        return self.status
+
+    def posts(self, path: str, status: int | None = None) -> list[float]:
+        with self.lock:
+            return [t for t, p, s in self.seen if p == path and status in (None, s)]
+
+    def start(self) -> StandIn:
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - the command stream's upgrade
+                self.send_response(503)
+                self.end_headers()
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with stand_in.lock:
+                    status = stand_in.answer_for(self.path)
+                    # Before answering: the client may look as soon as it has the answer.
+                    stand_in.seen.append((time.monotonic(), self.path, status))
+                data = b""
+                if status == 200:
+                    answer = {"state": "Ready", "register": False, "node": body.get("node")}
+                    data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> StandIn:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def dead_url() -> str:
+    """A URL where nothing listens: the port was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"

@@ -40,6 +40,16 @@ def test_backoff_doubles_to_a_cap_with_jitter() -> None:
     assert high.next() == 1
 
 
+def test_default_backoff_waits_at_most_10_s() -> None:
+    # An agent must be back within 15 s of the control plane recovering: the longest
+    # wait, plus the attempt that failed just before the recovery, must fit in that.
+    high = Backoff(rng=lambda: 1.0)
+    delays = [high.next() for _ in range(40)]
+    assert max(delays) == 10 and delays[:4] == [1, 2, 4, 8]
+    low = Backoff(rng=lambda: 0.0)
+    assert [low.next() for _ in range(40)][-1] == 5
+
+
 def test_outage_then_recovery_sends_latest_state(control_plane: ControlPlane) -> None:
     # Two dropped connections, then two 503s, then the server is back.
     control_plane.script[HEARTBEAT] = ["drop", "drop", 503, 502]
