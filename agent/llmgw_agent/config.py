@@ -6,6 +6,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -65,6 +66,13 @@ class AgentConfig:
     # (None: serve_host, or the node's primary address when serve_host is a wildcard).
     serve_host: str = "127.0.0.1"
     advertise_host: str | None = None
+    # The web processes to try in order, when agent.yaml lists them (server_urls);
+    # server_url is then the first. Read `urls`, which covers both forms.
+    server_urls: tuple[str, ...] = ()
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return self.server_urls or (self.server_url,)
 
     def enabled(self, name: str) -> bool:
         return self.collectors.get(name, True)
@@ -82,9 +90,9 @@ TOP_KEYS = {
     "model_dirs", "labels", "heartbeat_interval_s", "collectors", "proc_root", "sys_root",
     "rootfs", "command_wrapper", "fabrics", "engines_dir", "engines", "serve_host",
     "stop_engines_on_exit",
-    "advertise_host", "engines_max_unpacked_gib",
+    "advertise_host", "engines_max_unpacked_gib", "server_urls",
 }  # fmt: skip
-REQUIRED = ("server_url", "credential_file")
+REQUIRED = ("credential_file",)
 FABRIC_KEYS = {"name", "adapters", "rate_gbps"}
 ENGINE_KEYS = {"path"}
 
@@ -121,6 +129,19 @@ class _Checker:
         if not isinstance(value, list):
             raise self.fail(key, f"must be a list of strings, got {value!r}")
         return tuple(self.string(f"{key}[{i}]", v) for i, v in enumerate(value))
+
+    def url(self, key: str, value: object) -> str:
+        raw = self.string(key, value)
+        if not raw.startswith(("https://", "http://")):
+            raise self.fail(key, f"must start with https:// or http://, got {raw!r}")
+        try:
+            parts = urlsplit(raw)
+            parts.port  # noqa: B018 - reading it checks it: "host:abc" has no port
+        except ValueError as exc:
+            raise self.fail(key, f"not a URL ({exc}): {raw!r}") from None
+        if not parts.hostname:
+            raise self.fail(key, f"must name a host, got {raw!r}")
+        return raw.rstrip("/")
 
     def mapping(self, key: str, value: object) -> dict[str, object]:
         if not isinstance(value, dict):
@@ -182,6 +203,33 @@ def _engines(c: _Checker, raw: object) -> tuple[ConfiguredEngine, ...]:
     return tuple(out)
 
 
+def _server_urls(c: _Checker, data: dict[str, object]) -> tuple[str, ...]:
+    if "server_urls" not in data:
+        if "server_url" not in data:
+            raise ConfigError(f"{c.source}: server_url: required (or server_urls, a list)")
+        return (c.url("server_url", data["server_url"]),)
+    if "server_url" in data:
+        raise c.fail("server_urls", "give server_url or server_urls, not both")
+    raw = data["server_urls"]
+    if not isinstance(raw, list):
+        raise c.fail("server_urls", f"must be a list of URLs, got {raw!r}")
+    if not raw:
+        raise c.fail("server_urls", "must list at least one URL")
+    urls: list[str] = []
+    for i, value in enumerate(raw):
+        key = f"server_urls[{i}]"
+        url = c.url(key, value)
+        # One scheme for all: the credential goes to every one of them, and a plain
+        # http:// among https:// URLs would send it in the clear during a failover.
+        scheme = urlsplit(urls[0] if urls else url).scheme
+        if urlsplit(url).scheme != scheme:
+            raise c.fail(key, f"must use {scheme}:// like server_urls[0], got {url!r}")
+        if url in urls:
+            raise c.fail(key, f"{url!r} given twice")
+        urls.append(url)
+    return tuple(urls)
+
+
 def parse_config(text: str, source: str = "agent.yaml", base: Path | None = None) -> AgentConfig:
     base = base if base is not None else Path.cwd()
     lines: dict[str, int] = {}
@@ -197,12 +245,10 @@ def parse_config(text: str, source: str = "agent.yaml", base: Path | None = None
     for key in data:
         if key not in TOP_KEYS:
             raise c.fail(str(key), "unknown key")
+    server_urls = _server_urls(c, data)
     for key in REQUIRED:
         if key not in data:
             raise ConfigError(f"{source}: {key}: required")
-    server_url = c.string("server_url", data["server_url"])
-    if not server_url.startswith(("http://", "https://")):
-        raise c.fail("server_url", f"must start with https:// or http://, got {server_url!r}")
 
     labels = {
         str(k): c.string(f"labels.{k}", v)
@@ -230,7 +276,8 @@ def parse_config(text: str, source: str = "agent.yaml", base: Path | None = None
         return c.path(key, data[key], base) if data.get(key) is not None else None
 
     return AgentConfig(
-        server_url=server_url.rstrip("/"),
+        server_url=server_urls[0],
+        server_urls=server_urls if "server_urls" in data else (),
         node=c.string("node", data["node"])
         if "node" in data
         else socket.gethostname().split(".")[0],

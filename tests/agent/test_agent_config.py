@@ -84,3 +84,47 @@ def test_join_token_file(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("tok-123\n")
     config = parse_config(MINIMAL + "join_token_file: token\n", base=tmp_path)
     assert config.read_join_token() == "tok-123"
+
+
+def test_server_urls_in_order(tmp_path: Path) -> None:
+    config = parse_config(
+        "server_urls:\n  - https://cp-1.example:8443/\n  - https://cp-2.example:8443\n"
+        "node: n1\ncredential_file: cred\n",
+        base=tmp_path,
+    )
+    assert config.urls == ("https://cp-1.example:8443", "https://cp-2.example:8443")
+    assert config.server_url == "https://cp-1.example:8443"
+    # The one-URL form is unchanged.
+    assert parse_config(MINIMAL, base=tmp_path).urls == ("https://cp.example",)
+
+
+URLS = "node: n1\ncredential_file: cred\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "says"),
+    [
+        ("server_urls: []\n", "server_urls", "at least one"),
+        ("server_urls: https://cp.example\n", "server_urls", "must be a list"),
+        ("server_urls: [cp.example:8443]\n", "server_urls[0]", "https:// or http://"),
+        ("server_urls: [https://a.example, 8443]\n", "server_urls[1]", "non-empty string"),
+        ("server_urls: ['https://']\n", "server_urls[0]", "host"),
+        ("server_urls: [https://a.example, http://b.example]\n", "server_urls[1]", "https://"),
+        ("server_urls: [https://a.example, https://a.example/]\n", "server_urls[1]", "twice"),
+        (
+            "server_url: https://a.example\nserver_urls: [https://b.example]\n",
+            "server_urls",
+            "not both",
+        ),
+        ("server_url: ftp://a.example\n", "server_url", "https:// or http://"),
+    ],
+)
+def test_server_urls_refused_naming_the_key(text: str, key: str, says: str) -> None:
+    message = _error(text + URLS)
+    assert "agent.yaml:" in message and f": {key}: " in message, message
+    assert says in message, message
+
+
+def test_neither_server_url_nor_server_urls() -> None:
+    message = _error(URLS)
+    assert "server_url: required" in message and "server_urls" in message
