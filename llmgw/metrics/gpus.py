@@ -187,7 +187,8 @@ class GpuCollector(Collector):
     def _wear(m: dict[str, GaugeMetricFamily], labels: list[str], gpu: Gpu) -> None:
         hardware = hardware_xids(gpu.xids)
         for code, count in (gpu.xids or {}).items():
-            kind = "hardware" if code.isdigit() and int(code) in hardware else "other"
+            # isdecimal, not isdigit: "²".isdigit() is True and int("²") raises.
+            kind = "hardware" if code.isdecimal() and int(code) in hardware else "other"
             m["xid"].add_metric([*labels, code, kind], count)
         for state, value in (gpu.remapped_rows or {}).items():
             if value is not None:

@@ -17,6 +17,10 @@ import msgspec
 from rest_framework import serializers
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+# What lands in a 32-bit column (Gpu, Shard, SubnetManager) is bounded by
+# it: the services store it after the measurements, so a number the column
+# refuses must be refused here, not by the database halfway through.
+Count32 = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
 Bytes = Count
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
 Celsius = Annotated[float, msgspec.Meta(ge=-100, le=250)]
@@ -24,6 +28,16 @@ Watts = Annotated[float, msgspec.Meta(ge=0, le=100_000)]
 Short = Annotated[str, msgspec.Meta(max_length=128)]
 Long = Annotated[str, msgspec.Meta(max_length=2000)]
 Index = Annotated[int, msgspec.Meta(ge=0, le=255)]
+# An XID or SXid code: decimal digits, as the agent writes str(code). Readers
+# turn it into a number, and "²".isdigit() is True where int("²") raises.
+XidCode = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,10}\Z")]
+# "0x" and 16 hex digits (docs/agent-protocol.md), stored as sent.
+Guid = Annotated[str, msgspec.Meta(max_length=18)]
+
+
+def _text(max_length: int) -> Any:
+    """A string that fits its column of `max_length` characters."""
+    return Annotated[str, msgspec.Meta(max_length=max_length)]
 
 
 class Fabric(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False):
@@ -52,20 +66,20 @@ class NvlinkErrors(msgspec.Struct, omit_defaults=True):
 
 
 class NearestAdapter(msgspec.Struct):
-    name: Short
-    level: Short | None = None
+    name: _text(64)  # type: ignore[valid-type]
+    level: _text(16) | None = None  # type: ignore[valid-type]
 
 
 class GpuSample(msgspec.Struct, omit_defaults=True):
     """One card in a heartbeat; fields by cadence (docs/agent-protocol.md)."""
 
     index: Index
-    uuid: Short | None = None
+    uuid: _text(64) | None = None  # type: ignore[valid-type]
     utilization_percent: Percent | None = None
     memory_used_bytes: Bytes | None = None
     memory_bandwidth_percent: Percent | None = None
     sm_clock_mhz: Count | None = None
-    ecc_uncorrected: Count | None = None
+    ecc_uncorrected: Count32 | None = None
     temperature_c: Celsius | None = None
     memory_temperature_c: Celsius | None = None
     power_draw_w: Watts | None = None
@@ -75,8 +89,8 @@ class GpuSample(msgspec.Struct, omit_defaults=True):
     pcie_replays: Count | None = None
     nvlink_errors: Annotated[list[NvlinkErrors], msgspec.Meta(max_length=64)] | None = None
     fabric: Fabric | None = None
-    xids: dict[Short, Count] | None = None
-    foreign_processes: Count | None = None
+    xids: dict[XidCode, Count] | None = None
+    foreign_processes: Count32 | None = None
     error: Short | None = None
 
 
@@ -85,9 +99,9 @@ class GpuIdentity(GpuSample, omit_defaults=True):
 
     name: Short | None = None
     # "class" on the wire; a Python keyword.
-    gpu_class: Short | None = msgspec.field(default=None, name="class")
+    gpu_class: _text(64) | None = msgspec.field(default=None, name="class")  # type: ignore[valid-type]
     memory_total_bytes: Bytes | None = None
-    pci_bus_id: Short | None = None
+    pci_bus_id: _text(32) | None = None  # type: ignore[valid-type]
     numa_node: Annotated[int, msgspec.Meta(ge=0, le=1024)] | None = None
     nearest_adapter: NearestAdapter | None = None
 
@@ -130,7 +144,7 @@ class Engine(msgspec.Struct, omit_defaults=True):
     path: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
 
 
-XidCounters = dict[Short, dict[Short, Count]]
+XidCounters = dict[Short, dict[XidCode, Count]]
 
 
 class ShardReport(msgspec.Struct, omit_defaults=True):
@@ -138,8 +152,8 @@ class ShardReport(msgspec.Struct, omit_defaults=True):
     state: Literal["pending", "starting", "loading", "ready", "failed", "stopping"]
     replica: Count | None = None
     url: Annotated[str, msgspec.Meta(max_length=512)] | None = None
-    pid: Count | None = None
-    restarts: Count | None = None
+    pid: Count32 | None = None
+    restarts: Count32 | None = None
     generation: Count | None = None
     message: Long | None = None
     cpu_cores: Annotated[float, msgspec.Meta(ge=0, le=100_000)] | None = None
@@ -149,28 +163,28 @@ class ShardReport(msgspec.Struct, omit_defaults=True):
 
 class SubnetManager(msgspec.Struct, omit_defaults=True):
     guid: Short
-    lid: Count | None = None
+    lid: Count32 | None = None
     priority: Annotated[int, msgspec.Meta(ge=0, le=15)] | None = None
-    state: Short | None = None
+    state: _text(16) | None = None  # type: ignore[valid-type]
 
 
 class PortSample(msgspec.Struct, omit_defaults=True):
     """One InfiniBand or RoCE port; counters are running totals in bytes
     (data) or events."""
 
-    device: Short
+    device: _text(64)  # type: ignore[valid-type]
     port: Index
-    link_layer: Short | None = None
-    state: Short | None = None
-    phys_state: Short | None = None
+    link_layer: _text(32) | None = None  # type: ignore[valid-type]
+    state: _text(32) | None = None  # type: ignore[valid-type]
+    phys_state: _text(32) | None = None  # type: ignore[valid-type]
     rate_gbps: Annotated[float, msgspec.Meta(ge=0, le=100_000)] | None = None
-    rate_text: Short | None = None
-    node_guid: Short | None = None
-    port_guid: Short | None = None
+    rate_text: _text(32) | None = None  # type: ignore[valid-type]
+    node_guid: Guid | None = None
+    port_guid: Guid | None = None
     counters: dict[Short, Count] | None = None
-    fabric: Short | None = None
+    fabric: _text(64) | None = None  # type: ignore[valid-type]
     sm: SubnetManager | None = None
-    roce_network: Short | None = None
+    roce_network: _text(64) | None = None  # type: ignore[valid-type]
 
 
 class ManagerListing(msgspec.Struct, omit_defaults=True):

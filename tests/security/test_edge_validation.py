@@ -1,0 +1,85 @@
+"""Validation at the edge: what a node or a user sends is refused whole,
+with the field named, before anything of it is stored, and never answers
+500; nor can it make a page answer 500 later. Each test is named after the
+finding it proves fixed; all run on PostgreSQL, which is what refuses NUL
+and surrogates in text and jsonb."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from llmgw.inventory.models import Gpu
+from tests.payloads import heartbeat, registration
+
+PAGES = ["/api/v1/nodes/", "/metrics", "/", "/api/v1/nvlink", "/console/api/nodes/gpu-1"]
+
+
+def pages_answer(client: Any, operator: Any) -> dict[str, int]:
+    client.force_login(operator)
+    return {path: client.get(path).status_code for path in PAGES}
+
+
+@pytest.fixture
+def joined(make_node: Any, agent_client: Any) -> Any:
+    node, credential = make_node("gpu-1")
+    return node, agent_client(credential)
+
+
+@pytest.mark.parametrize(
+    "sample, field",
+    [
+        # Stored in 32-bit columns by the services after the measurements.
+        ({"index": 0, "ecc_uncorrected": 2**40}, "gpus.0"),
+        ({"index": 0, "foreign_processes": 2**40}, "gpus.0"),
+    ],
+)
+def test_a_heartbeat_refused_for_one_field_stores_none_of_its_measurements(joined, sample, field):
+    node, agent = joined
+    gpu = {"index": 0, "uuid": "GPU-1", "name": "H100", "class": "H100"}
+    assert agent.post("register", registration("gpu-1", gpus=[gpu])).status_code == 200
+    answer = agent.post("heartbeat", heartbeat("gpu-1", gpus=[sample]))
+    assert answer.status_code == 400, answer.content
+    assert field in answer.json()["errors"]
+    node.refresh_from_db()
+    assert node.last_heartbeat_at is None and node.cpu_utilization_percent is None
+    assert Gpu.objects.get(node=node).ecc_uncorrected is None
+
+
+@pytest.mark.parametrize(
+    "port, field",
+    [
+        ({"device": "mlx5_" + "0" * 80, "port": 1}, "ports.0.device"),
+        ({"device": "mlx5_0", "port": 1, "rate_text": "4X NDR" * 10}, "ports.0.rate_text"),
+        ({"device": "mlx5_0", "port": 1, "node_guid": "0x" + "a" * 40}, "ports.0.node_guid"),
+        (
+            {"device": "mlx5_0", "port": 1, "sm": {"guid": "0x01", "lid": 2**40}},
+            "ports.0.sm.lid",
+        ),
+        (
+            {"device": "mlx5_0", "port": 1, "sm": {"guid": "0x01", "state": "MASTER" * 5}},
+            "ports.0.sm.state",
+        ),
+    ],
+)
+def test_port_fields_are_bounded_by_their_columns(joined, port, field):
+    node, agent = joined
+    assert agent.post("register", registration("gpu-1")).status_code == 200
+    answer = agent.post("heartbeat", heartbeat("gpu-1", ports=[port]))
+    assert answer.status_code == 400, answer.content
+    assert any(key.startswith("ports.0") for key in answer.json()["errors"]), answer.json()
+    assert field.rsplit(".", 1)[1] in json.dumps(answer.json()["errors"])
+    node.refresh_from_db()
+    assert node.last_heartbeat_at is None
+
+
+def test_an_xid_code_that_is_a_unicode_digit_cannot_break_metrics(joined, client, operator):
+    node, agent = joined
+    assert agent.post("register", registration("gpu-1")).status_code == 200
+    # "²".isdigit() is True and int("²") raises: /metrics once answered 500.
+    answer = agent.post("heartbeat", heartbeat("gpu-1", gpus=[{"index": 0, "xids": {"²": 1}}]))
+    assert answer.status_code == 400, answer.content
+    assert "gpus.0" in answer.json()["errors"]
+    assert set(pages_answer(client, operator).values()) == {200}
