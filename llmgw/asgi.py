@@ -12,6 +12,7 @@ from django.urls import path  # noqa: E402
 
 from llmgw.console.consumers import ConsoleConsumer  # noqa: E402
 from llmgw.inventory.consumers import AgentStreamConsumer  # noqa: E402
+from llmgw.middleware import limit_body  # noqa: E402
 from llmgw.serving.gateway.app import Gateway, mount  # noqa: E402
 
 websockets = URLRouter(
@@ -30,4 +31,7 @@ websockets = URLRouter(
 # /v1/ (the OpenAI-compatible gateway) is routed before Django: its
 # middleware stack costs more per request than the whole proxy.
 gateway = Gateway()
-application = ProtocolTypeRouter({"http": mount(gateway, django_app), "websocket": websockets})
+# The gateway has its own body limit, in its own (OpenAI's) error shape.
+application = ProtocolTypeRouter(
+    {"http": mount(gateway, limit_body(django_app)), "websocket": websockets}
+)

@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 
 from llmgw.inventory.models import Gpu
 from tests.payloads import heartbeat, registration
 
+# Over Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) and the agent's 1 MiB.
+OVERSIZED = 3 * 1024 * 1024
 PAGES = ["/api/v1/nodes/", "/metrics", "/", "/api/v1/nvlink", "/console/api/nodes/gpu-1"]
 
 
@@ -83,3 +86,22 @@ def test_an_xid_code_that_is_a_unicode_digit_cannot_break_metrics(joined, client
     assert answer.status_code == 400, answer.content
     assert "gpus.0" in answer.json()["errors"]
     assert set(pages_answer(client, operator).values()) == {200}
+
+
+def test_a_chunked_body_over_the_limit_answers_413_in_json(asgi_server):
+    def chunks() -> Any:
+        # No Content-Length: nothing tells Django the size before it reads,
+        # and it spooled the whole body to disk before any check ran.
+        yield b'{"name": "'
+        for _ in range(OVERSIZED // 65536):
+            yield b"x" * 65536
+        yield b'"}'
+
+    # Before authentication too: a stranger's body is not kept either.
+    for path in ("/api/v1/keys", "/api/agent/v1/heartbeat"):
+        answer = httpx.post(
+            asgi_server + path, content=chunks(), headers={"Content-Type": "application/json"}
+        )
+        assert answer.status_code == 413, (path, answer.text)
+        assert answer.headers["Content-Type"] == "application/json"
+    assert answer.json()["errors"]["payload"]
