@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from . import __version__
@@ -99,7 +100,8 @@ def run(
     engines.converge(desired_engines)
     shards = shards if shards is not None else ShardSupervisor.from_config(config)
     # The last answer's wishes; kept through an outage, so shards keep running meanwhile.
-    desired: dict[str, list[Any]] = {"engines": list(desired_engines), "shards": []}
+    # Shards: None until an answer says: the engines an earlier agent left run on until then.
+    desired: dict[str, list[Any] | None] = {"engines": list(desired_engines), "shards": None}
     own_client = client is None
     client = client or AgentClient(config.server_url, ca_file=config.ca_file)
     # Never longer than RETRY_CAP_S, whatever the interval: after an outage the agent is
@@ -127,7 +129,7 @@ def run(
 
     def converge() -> dict[str, Any]:
         # A shard waits for its engine in the installer's own words, so both see one report.
-        report = engines.heartbeat(desired["engines"])
+        report = engines.heartbeat(desired["engines"] or [])
         shards.converge(desired["shards"], report["engines"])
         return report
 
@@ -179,8 +181,9 @@ def run(
             stop.wait(max(0.0, config.heartbeat_interval_s - (time.monotonic() - started)))
         return 0
     finally:
-        # Shards run in process groups of their own: nothing else would stop them.
-        shards.close()
+        # Engines outlive the agent (its restart or upgrade must not take models down):
+        # the next agent takes them over. Stopped only when agent.yaml asks.
+        shards.close(stop_engines=config.stop_engines_on_exit)
         engines.close()
         if own_client:
             client.close()
@@ -207,6 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--doctor", action="store_true", help="check GPU fabric and IMEX; say what to do"
     )
+    parser.add_argument(
+        "--stop-engines",
+        action="store_true",
+        help="stop the shards' engines when the agent stops (agent.yaml stop_engines_on_exit)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--version", action="version", version=__version__)
     args = parser.parse_args(argv)
@@ -221,6 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"llmgw-agent: {exc}", file=sys.stderr)
         return 2
+    if args.stop_engines:
+        config = replace(config, stop_engines_on_exit=True)
     if args.print:
         return print_payloads(config)
     if args.doctor:

@@ -74,7 +74,8 @@ def test_the_loop_runs_the_shards_a_heartbeat_answer_asks_for(
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "credential").write_text("n1.secret\n")
     config = parse_config(
-        f"server_url: {control_plane.url}\nnode: n1\ncredential_file: state/credential\n",
+        f"server_url: {control_plane.url}\nnode: n1\ncredential_file: state/credential\n"
+        "stop_engines_on_exit: true\n",
         base=tmp_path,
     )
     config = replace(config, heartbeat_interval_s=0.2)
@@ -140,7 +141,8 @@ def test_the_loop_runs_the_shards_a_heartbeat_answer_asks_for(
             with pytest.raises(ProcessLookupError):
                 os.killpg(pid, 0)
 
-            # Asked again; then the agent stops, and takes its shard down with it.
+            # Asked again; then the agent stops, and (stop_engines_on_exit) takes its
+            # shard down with it.
             control_plane.default = {
                 "state": "Ready", "register": False,
                 "desired": {"engines": [engine], "shards": [{**shard, "generation": 2}]},

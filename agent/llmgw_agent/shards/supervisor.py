@@ -6,11 +6,19 @@ manager's `engines` report, and puts `report()` in every heartbeat. One backgrou
 does the rest: starts engines, polls their /health, restarts the ones that exit (with
 exponential backoff), and stops the ones no longer wanted (SIGTERM to the group, SIGKILL
 after a grace period).
+
+Engines outlive the agent (each runs in a session of its own), so restarting or upgrading
+the agent does not take models down. Every engine started is recorded (records.py); a new
+supervisor takes over the recorded engines that still run, watches and reports them, and
+once the control plane's first answer says what is wanted, keeps the ones it still wants
+as they are and stops the others. It never signals a process no record names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import re
 import signal
 import threading
@@ -33,7 +41,16 @@ from .command import (
     pick_port,
     url_for,
 )
-from .process import GroupMeter, ShardProcess, describe_exit
+from .process import (
+    GroupMeter,
+    ShardProcess,
+    boot_id,
+    same_process,
+    session_of,
+    start_time,
+    stdout_of,
+)
+from .records import EngineRecord, Records
 from .spec import ShardSpec, ShardSpecError
 
 log = logging.getLogger("llmgw_agent.shards")
@@ -78,6 +95,9 @@ class _Shard:
     health_due: float = 0.0
     last_failure: str = ""
     history: list[str] = field(default_factory=list)
+    # Taken over from an earlier agent and not yet matched against a desired state.
+    adopted: bool = False
+    restart_why: str | None = None  # an adopted engine that is not what is wanted now
 
     def set(self, state: State, message: str) -> None:
         if (state, message) == (self.state, self.message):
@@ -115,6 +135,11 @@ class ShardSupervisor:
         self._bad: dict[str, str] = {}  # shard id -> why its spec was refused
         self._forgotten: dict[str, list[str]] = {}  # the histories of stopped shards
         self._http = httpx.Client(timeout=timing.health_timeout_s, trust_env=False)
+        self._records = Records(log_dir / "running")
+        self._boot = boot_id()
+        # Until the control plane has said what it wants, nothing is started or stopped.
+        self._desired_known = False
+        self._take_over()
 
     @classmethod
     def from_config(cls, config: AgentConfig, **kw: Any) -> ShardSupervisor:
@@ -130,10 +155,20 @@ class ShardSupervisor:
 
     def converge(
         self,
-        desired: Sequence[ShardSpec | Mapping[str, Any]],
+        desired: Sequence[ShardSpec | Mapping[str, Any]] | None,
         engines: Sequence[Mapping[str, Any]] = (),
     ) -> None:
-        """Record the shards wanted (all of them) and what the engine manager reports."""
+        """Record the shards wanted (all of them) and what the engine manager reports.
+
+        `desired` None: not known yet (no answer from the control plane since the agent
+        started); the engines taken over from an earlier agent keep running meanwhile.
+        """
+        if desired is None:
+            with self._lock:
+                self._engines = [dict(e) for e in engines]
+                self._start_thread()
+            self._wake.set()
+            return
         specs: dict[str, ShardSpec] = {}
         bad: dict[str, str] = {}
         for raw in desired:
@@ -149,19 +184,38 @@ class ShardSupervisor:
         with self._lock:
             self._engines = [dict(e) for e in engines]
             self._bad = bad
+            self._desired_known = True
             for shard_id, spec in specs.items():
                 shard = self._shards.get(shard_id)
                 if shard is None:
                     self._shards[shard_id] = _Shard(spec)
-                else:
-                    shard.spec, shard.wanted = spec, True
+                    continue
+                if shard.adopted:
+                    self._claim(shard, spec)
+                shard.spec, shard.wanted = spec, True
             for shard_id, shard in self._shards.items():
+                shard.adopted = False
                 if shard_id not in specs:
                     shard.wanted = False
-            if self._thread is None and self._shards and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._run, name="llmgw-shards", daemon=True)
-                self._thread.start()
+            self._start_thread()
         self._wake.set()
+
+    def _start_thread(self) -> None:
+        if self._thread is None and self._shards and not self._stop.is_set():
+            self._thread = threading.Thread(target=self._run, name="llmgw-shards", daemon=True)
+            self._thread.start()
+
+    def _claim(self, shard: _Shard, spec: ShardSpec) -> None:
+        """An engine taken over is kept only when it runs exactly the shard wanted now."""
+        if spec.generation != shard.spec.generation:
+            return  # restarted for the new generation, as any running engine is
+        changed = [
+            f.name
+            for f in dataclasses.fields(ShardSpec)
+            if getattr(spec, f.name) != getattr(shard.spec, f.name)
+        ]
+        if changed and shard.restart_why is None:
+            shard.restart_why = f"restarting: {', '.join(changed)} changed since it was started"
 
     def report(self) -> list[dict[str, Any]]:
         """Every shard the agent knows (wanted or stopping), as the heartbeat's `shards`."""
@@ -189,18 +243,36 @@ class ShardSupervisor:
             shard = self._shards.get(shard_id)
             return list(shard.history) if shard else list(self._forgotten.get(shard_id, []))
 
-    def close(self, grace_s: float | None = None) -> None:
-        """Stop every shard (SIGTERM to each group, SIGKILL after the grace) and the loop."""
+    def close(self, grace_s: float | None = None, *, stop_engines: bool = True) -> None:
+        """Stop the loop, and every shard (SIGTERM to each group, SIGKILL after the grace).
+
+        `stop_engines=False` leaves the engines running, and recorded, for the next agent
+        to take over; only the ones already on their way out (stopping) are stopped. Engines
+        taken over before any desired state came are never stopped here: this agent never
+        learnt whether they are wanted (`llmgw-agent --once` beside a running agent).
+        """
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
         grace = self.timing.grace_s if grace_s is None else grace_s
         with self._lock:
-            procs = [s.proc for s in self._shards.values() if s.proc is not None]
-            for shard in self._shards.values():
-                if shard.proc is not None:
+            stopping = [
+                s
+                for s in self._shards.values()
+                if s.proc is not None
+                and s.proc.poll() is None
+                and (s.state == "stopping" or (stop_engines and not s.adopted))
+            ]
+            left = [s for s in self._shards.values() if s.proc is not None and s not in stopping]
+            procs = [s.proc for s in stopping if s.proc is not None]
+            for shard in stopping:
+                if shard.state != "stopping":
                     shard.set("stopping", "the agent is stopping")
+        for shard in left:
+            log.info(
+                "shard %s: leaving pid %s running", shard.spec.id, shard.proc and shard.proc.pid
+            )
         for proc in procs:
             proc.signal_group(signal.SIGTERM)
         deadline = time.monotonic() + grace
@@ -212,17 +284,19 @@ class ShardSupervisor:
                 proc.signal_group(signal.SIGKILL)
         for proc in procs:
             try:
-                proc.popen.wait(timeout=5)
+                proc.wait(timeout=5)
             except Exception:  # noqa: BLE001 - shutting down; reaped by init at worst
                 pass
         with self._lock:
+            for shard in stopping:
+                self._records.remove(shard.spec.id)
             self._shards.clear()
         self._http.close()
 
     # -- the loop ----------------------------------------------------------------------
 
     def _entry(self, s: _Shard) -> dict[str, Any]:
-        running = s.proc is not None and s.proc.returncode is None
+        running = s.proc is not None and s.proc.ended is None
         return {
             "id": s.spec.id,
             "replica": s.spec.replica,
@@ -268,7 +342,7 @@ class ShardSupervisor:
         with self._lock:
             now = self.clock()
             for shard, proc, (state, message) in results:
-                if shard.proc is proc and proc.returncode is None and shard.state != "stopping":
+                if shard.proc is proc and proc.ended is None and shard.state != "stopping":
                     self._apply_health(shard, state, message, now)
 
     def _health(self, base: str) -> tuple[State, str]:
@@ -301,13 +375,15 @@ class ShardSupervisor:
         """Move one shard along; True when it is gone and should be forgotten."""
         proc = shard.proc
         if proc is not None:
-            returncode = proc.poll()
-            if returncode is None:
+            ended = proc.poll()
+            if ended is None:
                 self._step_running(shard, proc, now)
                 return False
-            self._exited(shard, proc, returncode, now)
+            self._exited(shard, proc, ended, now)
         if not shard.wanted:
             return True
+        if not self._desired_known:
+            return False
         if shard.state == "failed" and shard.retry_at is not None and now < shard.retry_at:
             return False
         self._start(shard, now)
@@ -327,6 +403,8 @@ class ShardSupervisor:
         elif shard.spec.generation != proc.generation:
             why = f"restarting for generation {shard.spec.generation} (was {proc.generation})"
             self._begin_stop(shard, proc, now, why)
+        elif shard.restart_why and self._desired_known:
+            self._begin_stop(shard, proc, now, shard.restart_why)
 
     def _begin_stop(self, shard: _Shard, proc: ShardProcess, now: float, why: str) -> None:
         proc.signal_group(signal.SIGTERM)
@@ -334,23 +412,26 @@ class ShardSupervisor:
         shard.killed = False
         shard.set("stopping", why)
 
-    def _exited(self, shard: _Shard, proc: ShardProcess, returncode: int, now: float) -> None:
+    def _exited(self, shard: _Shard, proc: ShardProcess, ended: str, now: float) -> None:
         # Whatever the leader left behind in its group (workers holding GPU memory) goes too.
         if proc.group_alive():
             proc.signal_group(signal.SIGKILL)
         shard.proc, shard.meter, shard.ready_at = None, None, None
+        self._records.remove(shard.spec.id)
         if shard.state == "stopping":
             if shard.wanted:  # a new generation: start at once, counted afresh
                 shard.restarts = shard.failures = 0
                 shard.last_failure = ""
-                shard.set("pending", "starting the new generation")
+                new = shard.spec.generation != proc.generation or not shard.restart_why
+                shard.restart_why = None
+                shard.set("pending", "starting the new generation" if new else "starting again")
             return
         shard.failures += 1
         t = self.timing
         delay = min(t.backoff_cap_s, t.backoff_s * 2 ** (shard.failures - 1))
         shard.retry_at = now + delay
         tail = proc.tail()
-        why = describe_exit(returncode)
+        why = ended
         shard.last_failure = f"{why}: {tail}" if tail else why
         log.warning("shard %s %s; restarting in %g s", shard.spec.id, why, delay)
         shard.set("failed", f"{shard.last_failure} (restarting in {delay:g} s)")
@@ -372,7 +453,9 @@ class ShardSupervisor:
             shard.set(exc.state, exc.message)
             return
         try:
-            proc = ShardProcess(command.argv, command.env, self._log_path(spec.id), spec.generation)
+            proc = ShardProcess.spawn(
+                command.argv, command.env, self._log_path(spec.id), spec.generation
+            )
         except OSError as exc:
             shard.failures += 1
             t = self.timing
@@ -387,7 +470,9 @@ class ShardSupervisor:
         shard.meter = GroupMeter(proc.pid, proc.started)
         shard.retry_at, shard.stop_deadline, shard.killed = None, None, False
         shard.health_due = now
+        shard.restart_why = None
         log.info("shard %s: started pid %d: %s", spec.id, proc.pid, " ".join(command.argv))
+        self._record(spec, proc, port, engine, command.env)
         message = "started"
         if shard.last_failure and shard.restarts:
             message = f"restart {shard.restarts} after: {shard.last_failure}"
@@ -395,3 +480,115 @@ class ShardSupervisor:
 
     def _log_path(self, shard_id: str) -> Path:
         return self.log_dir / f"{re.sub(r'[^A-Za-z0-9._-]', '_', shard_id)}.log"
+
+    # -- engines that outlive the agent -------------------------------------------------
+
+    def _record(
+        self, spec: ShardSpec, proc: ShardProcess, port: int, engine: str, env: dict[str, str]
+    ) -> None:
+        if proc.start_time is None:
+            return  # it exited before it could be looked at; its exit is seen next poll
+        record = EngineRecord(
+            shard=spec.id, replica=spec.replica, generation=spec.generation, pid=proc.pid,
+            start_time=proc.start_time, boot_id=self._boot, host=self.serve_host, port=port,
+            engine=engine, argv=proc.argv, env=dict(env), spec=spec,
+            log_path=str(proc.log_path), log_offset=proc.log_offset, started_at=_now_iso(),
+        )  # fmt: skip
+        try:
+            self._records.write(record)
+        except OSError as exc:
+            # It runs on; only a restarted agent would not know it (and leave it alone).
+            log.warning("shard %s: cannot record pid %d: %s", spec.id, proc.pid, exc)
+
+    def _shard_log_of(self, pid: int, log_path: Path | None = None) -> str | None:
+        """The shard log the process writes to (`log_path`, or any in log_dir), if it does:
+        engines and what they start write there, and little else on a node does."""
+        target = stdout_of(pid)
+        if log_path is not None:
+            # Rotation renames the file under the engine: r12-0.log becomes r12-0.log.1.
+            prefix = os.path.realpath(log_path)
+        else:
+            prefix = os.path.realpath(self.log_dir) + os.sep
+        return target if target is not None and target.startswith(prefix) else None
+
+    def _take_over(self) -> None:
+        """Adopt the recorded engines still running; forget the records of the others."""
+        now = self.clock()
+        recorded: set[int] = set()
+        for record in self._records.load():
+            recorded.add(record.pid)
+            what = f"shard {record.shard}: pid {record.pid}"
+            if record.boot_id != self._boot:
+                log.info("%s was started before the machine last booted; forgetting it", what)
+                self._records.remove(record.shard)
+                continue
+            ticks = start_time(record.pid)
+            if ticks is None:
+                self._clear_leftovers(record)
+                self._records.remove(record.shard)
+                continue
+            if ticks != record.start_time or session_of(record.pid) != record.pid:
+                # The kernel gave the pid to another process: not ours to signal.
+                log.info("%s is another process now; forgetting the record", what)
+                self._records.remove(record.shard)
+                continue
+            self._adopt(record, now)
+        self._note_unrecorded(recorded)
+
+    def _adopt(self, record: EngineRecord, now: float) -> None:
+        proc = ShardProcess.adopt(
+            record.pid, record.start_time, record.argv, Path(record.log_path),
+            record.generation, record.log_offset,
+        )  # fmt: skip
+        shard = _Shard(record.spec, proc=proc, port=record.port, adopted=True)
+        shard.meter = GroupMeter(proc.pid, proc.started)
+        if record.host != self.serve_host:
+            shard.restart_why = (
+                f"restarting: serve_host is {self.serve_host} now, it listens on {record.host}"
+            )
+        self._shards[record.shard] = shard
+        log.info("shard %s: took over pid %d (port %d) from an earlier agent",
+                 record.shard, record.pid, record.port)  # fmt: skip
+        shard.set("starting", f"taken over from an earlier agent: pid {record.pid}")
+        # Checked now, not on the loop's first turn: the first heartbeat already says ready.
+        state, message = self._health(url_for(self.health_host, record.port))
+        if same_process(record.pid, record.start_time):
+            self._apply_health(shard, state, message, now)
+
+    def _clear_leftovers(self, record: EngineRecord) -> None:
+        """The leader is gone; what it started may still hold GPU memory (vLLM's workers).
+        They go, as they would had this agent seen the leader exit: those still in its group
+        and writing to its log."""
+        for pid in _pids():
+            if _pgid(pid) != record.pid or not self._shard_log_of(pid, Path(record.log_path)):
+                continue
+            log.warning("shard %s: killing pid %d, left behind by its engine (pid %d)",
+                        record.shard, pid, record.pid)  # fmt: skip
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _note_unrecorded(self, recorded: set[int]) -> None:
+        for pid in _pids():
+            if pid in recorded or session_of(pid) != pid:
+                continue
+            target = self._shard_log_of(pid)
+            if target is not None:
+                # Started between a spawn and its record, or by hand: not known to be ours.
+                log.warning("pid %d writes to %s, but no record says an agent started it; "
+                            "leaving it alone", pid, target)  # fmt: skip
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
