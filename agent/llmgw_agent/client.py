@@ -10,7 +10,7 @@ import logging
 import os
 import random
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,10 @@ RETRY_CAP_S = 10.0
 
 class TransientError(Exception):
     """The server could not be reached or failed (connection, timeout, 5xx, 429): retry."""
+
+
+class _Unavailable(TransientError):
+    """This URL cannot serve now (connection, timeout, 5xx): another one may."""
 
 
 class AuthError(Exception):
@@ -91,18 +95,28 @@ class Backoff:
 
 
 class AgentClient:
+    """Posts to the control plane at one of `server_url` (one URL, or several web processes
+    in order). A URL that cannot be reached, times out or answers 5xx is passed over at
+    once for the next; the client keeps to the one that answers. Only when every URL failed
+    does the request fail, and the caller back off."""
+
     def __init__(
         self,
-        server_url: str,
+        server_url: str | Sequence[str],
         *,
         credential: str | None = None,
         ca_file: Path | None = None,
         timeout_s: float = 10.0,
     ) -> None:
+        urls = [server_url] if isinstance(server_url, str) else list(server_url)
+        if not urls:
+            raise ValueError("no control-plane URL")
+        self.urls = tuple(url.rstrip("/") for url in urls)
+        # Read by the command stream's thread: an int, replaced whole, never torn.
+        self._current = 0
         self.credential = credential
         verify: str | bool = str(ca_file) if ca_file is not None else True
         self._http = httpx.Client(
-            base_url=server_url.rstrip("/"),
             timeout=timeout_s,
             verify=verify,
             headers={"User-Agent": f"llmgw-agent/{__version__}"},
@@ -117,33 +131,61 @@ class AgentClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def server_url(self) -> str:
+        """The URL in use: the last one that answered, or the next to try."""
+        return self.urls[self._current]
+
     def post(self, path: str, payload: Mapping[str, Any], auth: bool = True) -> dict[str, Any]:
         headers = {}
         if auth:
             if self.credential is None:
                 raise AuthError("no credential: join first")
             headers["Authorization"] = f"Node {self.credential}"
+        body = dict(payload)
+        failures = []
+        # One round: each URL once, from the one in use; no waiting in between, since
+        # another web process is no busier for this one having failed.
+        for tried in range(1, len(self.urls) + 1):
+            url = self.server_url
+            try:
+                return self._post(url, path, body, headers)
+            except _Unavailable as exc:
+                failures.append(f"{url}: {exc}")
+                self._current = (self._current + 1) % len(self.urls)
+                if tried < len(self.urls):
+                    log.warning(
+                        "POST %s to %s failed (%s); trying %s", path, url, exc, self.server_url
+                    )
+        raise TransientError(f"POST {path}: " + "; ".join(failures))
+
+    def _post(
+        self, url: str, path: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> dict[str, Any]:
         try:
-            response = self._http.post(path, json=dict(payload), headers=headers)
+            response = self._http.post(url + path, json=body, headers=headers)
         except httpx.HTTPError as exc:  # connect, read, timeout, protocol errors
-            raise TransientError(f"POST {path}: {type(exc).__name__}: {exc}") from None
+            raise _Unavailable(f"{type(exc).__name__}: {exc}") from None
         status = response.status_code
-        if status >= 500 or status == 429:
-            raise TransientError(f"POST {path}: server answered {status}")
+        if status >= 500:
+            raise _Unavailable(f"server answered {status}")
+        if status == 429:
+            # The control plane asks this node to slow down, whichever process says so.
+            raise TransientError(f"POST {path}: {url} answered 429")
         try:
-            body = response.json()
+            answer = response.json()
         except ValueError:
-            body = response.text[:500]
+            answer = response.text[:500]
         if status in (401, 403):
             # The server's reason ("token expired") is safe to show; it never echoes secrets.
-            reason = body.get("errors", body) if isinstance(body, dict) else body
+            reason = answer.get("errors", answer) if isinstance(answer, dict) else answer
             raise AuthError(f"POST {path}: server answered {status}: {reason}")
         if status >= 400:
-            errors = body.get("errors", body) if isinstance(body, dict) else body
+            errors = answer.get("errors", answer) if isinstance(answer, dict) else answer
             raise RejectedError(status, errors)
-        if not isinstance(body, dict):
+        if not isinstance(answer, dict):
             raise TransientError(f"POST {path}: answer is not a JSON object")
-        return body
+        return answer
 
     def join(self, node: str, token: str, credential_file: Path) -> str:
         answer = self.post(JOIN, {"schema": SCHEMA, "node": node, "token": token}, auth=False)

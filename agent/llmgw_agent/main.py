@@ -103,7 +103,7 @@ def run(
     # Shards: None until an answer says: the engines an earlier agent left run on until then.
     desired: dict[str, list[Any] | None] = {"engines": list(desired_engines), "shards": None}
     own_client = client is None
-    client = client or AgentClient(config.server_url, ca_file=config.ca_file)
+    client = client or AgentClient(config.urls, ca_file=config.ca_file)
     # Never longer than RETRY_CAP_S, whatever the interval: after an outage the agent is
     # back within 15 s of the control plane, and only sends its state as it is then.
     backoff = Backoff(cap=min(RETRY_CAP_S, max(config.heartbeat_interval_s * 6, 1.0)))
@@ -158,7 +158,8 @@ def run(
         if not ensure_credential(config, client, stop, once):
             return 2
         if not once:
-            commands = Stream(config.server_url, lambda: client.credential, roots, stop)
+            # Opened, and reopened, to whichever URL the heartbeats last reached.
+            commands = Stream(lambda: client.server_url, lambda: client.credential, roots, stop)
             threading.Thread(target=commands.run_forever, name="stream", daemon=True).start()
 
         def registration() -> dict[str, Any]:

@@ -4,7 +4,9 @@ into the node (no SSH, no listening port).
 
 Each command runs through a handler of this registry, in a worker thread so
 a long ibnetdiscover does not hold up the next command; its output goes
-back on the same socket. The connection is re-opened with backoff forever.
+back on the same socket. The connection is re-opened with backoff forever,
+each time to the URL the agent's client is using then: the web process that
+last answered a heartbeat.
 """
 
 from __future__ import annotations
@@ -76,13 +78,21 @@ def features() -> list[str]:
 class Stream:
     def __init__(
         self,
-        server_url: str,
+        server_url: str | Callable[[], str],
         credential: Callable[[], str | None],
         roots: Roots,
         stop: threading.Event,
         commands: Mapping[str, Handler] | None = None,
     ) -> None:
-        self.url = stream_url(server_url)
+        if isinstance(server_url, str):
+            stream_url(server_url)  # a bad URL fails here, not in the thread
+
+            def fixed() -> str:
+                return server_url
+
+            self.server_url: Callable[[], str] = fixed
+        else:
+            self.server_url = server_url
         # The registry above; `llmgw simulate` answers for made-up nodes with its own.
         self.commands = COMMANDS if commands is None else commands
         self.credential = credential
@@ -98,19 +108,22 @@ class Stream:
             if credential is None:
                 self.stop.wait(5.0)
                 continue
+            url = stream_url(self.server_url())
             try:
                 with connect(
-                    self.url,
+                    url,
                     additional_headers={"Authorization": f"Node {credential}"},
                     open_timeout=10,
                     close_timeout=2,
                 ) as ws:
-                    log.info("command stream open")
+                    log.info("command stream open to %s", url)
                     backoff.reset()
                     self._serve(ws)
             except (OSError, WebSocketException, TimeoutError) as exc:
                 delay = backoff.next()
-                log.warning("command stream closed (%s); reopening in %.1f s", exc, delay)
+                log.warning(
+                    "command stream to %s closed (%s); reopening in %.1f s", url, exc, delay
+                )
                 self.stop.wait(delay)
         self.pool.shutdown(wait=False, cancel_futures=True)
 
