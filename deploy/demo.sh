@@ -36,6 +36,7 @@ labels: {llmgw.io/rack: demo}
 heartbeat_interval_s: 10
 engines_dir: $DATA/agent/engines
 serve_host: 127.0.0.1
+stop_engines_on_exit: true
 YAML
 
 # Prometheus for the node pages' hour of charts, when this machine has it

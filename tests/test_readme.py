@@ -158,6 +158,21 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+        # Engines outlive an agent by default; the demo's must end with the demo.
+        shards = os.path.realpath(data / "agent" / "shards") + os.sep
+        left = [pid for pid in _pids() if (_stdout(pid) or "").startswith(shards)]
+        assert not left, f"the demo's engines outlived it: pids {left}"
+
+
+def _pids() -> list[int]:
+    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+
+
+def _stdout(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return None
 
 
 def check_nodes(demo: Demo, out: str, claim: str) -> None:

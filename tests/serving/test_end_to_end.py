@@ -76,7 +76,9 @@ def served(asgi_server, tmp_path: Path):
         config = parse_config(
             f"server_url: {asgi_server}\nnode: local\ncredential_file: credential\n"
             f"join_token_file: token\nmodel_dirs: [{models}]\nheartbeat_interval_s: 1\n"
-            f"engines_dir: {tmp_path / 'engines'}\n",
+            f"engines_dir: {tmp_path / 'engines'}\n"
+            # Engines outlive an agent that stops; these must not outlive the test.
+            "stop_engines_on_exit: true\n",
             base=tmp_path,
         )
         stop = threading.Event()
@@ -89,6 +91,20 @@ def served(asgi_server, tmp_path: Path):
         finally:
             stop.set()
             agent.join(timeout=30)
+            assert not engines_writing_to(tmp_path / "shards"), "engines outlived the agent"
+
+
+def engines_writing_to(log_dir: Path) -> list[int]:
+    """The processes whose output goes to a shard log in `log_dir`."""
+    folder = os.path.realpath(log_dir) + os.sep
+    found = []
+    for pid in (int(d) for d in os.listdir("/proc") if d.isdigit()):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/1").startswith(folder):
+                found.append(pid)
+        except OSError:
+            continue
+    return found
 
 
 def ready_replicas() -> list[Replica]:
