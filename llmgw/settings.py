@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     # `llmgw engine pack` serves) cannot reach a public CDN.
     "drf_spectacular_sidecar",
     "channels",
+    "llmgw.accounts",
     "llmgw.inventory",
     "llmgw.catalog",
     "llmgw.serving",
@@ -186,7 +187,9 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # The strictest role: a view that names no role of its own is for
+    # admins only, never open to any logged-in user by accident.
+    "DEFAULT_PERMISSION_CLASSES": ["llmgw.accounts.permissions.IsAdmin"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
 }
@@ -195,7 +198,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Inventory, placement and serving for a private LLM fleet.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SERVE_PERMISSIONS": ["llmgw.accounts.permissions.IsViewer"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -50,9 +50,15 @@ def agent_client(client: Any) -> Callable[[str], Any]:
 
 @pytest.fixture
 def operator(db: Any) -> Any:
+    """A user with the operator role (tests/security/test_roles.py walks
+    the others)."""
     from django.contrib.auth.models import User
 
-    return User.objects.create_user("ops", password="a-long-test-password")
+    from llmgw.accounts import roles
+
+    user = User.objects.create_user("ops", password="a-long-test-password")
+    roles.grant(user, roles.OPERATOR)
+    return user
 
 
 @pytest.fixture

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from llmgw.accounts import roles
 from llmgw.console.events import GROUP
 
 
@@ -17,6 +19,9 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
+            return
+        if not await database_sync_to_async(roles.is_viewer)(user):
+            await self.close(code=4403)
             return
         await self.channel_layer.group_add(GROUP, self.channel_name)
         await self.accept()

@@ -19,6 +19,7 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from llmgw.accounts import roles
 from llmgw.fabrics.models import Port
 from llmgw.inventory import services
 from llmgw.inventory.api.serializers import NodeSerializer
@@ -55,12 +56,17 @@ GPU_WEAR_FIELDS = (
 
 
 def session_json(view: Callable[..., JsonResponse]) -> Callable[..., JsonResponse]:
-    """login_required for scripts: a 401 they can show, not a login page they cannot parse."""
+    """login_required for scripts: a 401 they can show, not a login page they
+    cannot parse; then the viewer role, as for the pages."""
 
     @functools.wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
         if not request.user.is_authenticated:
             return JsonResponse({"detail": "log in first"}, status=401)
+        if not roles.is_viewer(request.user):
+            return JsonResponse(
+                {"detail": "needs the viewer role (or operator, admin)"}, status=403
+            )
         return view(request, *args, **kwargs)
 
     return require_GET(wrapped)

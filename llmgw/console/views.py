@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
+from llmgw.accounts.decorators import viewer_required
 from llmgw.catalog.models import Model
 from llmgw.fabrics import overview
 from llmgw.inventory.api.serializers import NodeSerializer
@@ -35,7 +35,7 @@ def _gpu_classes() -> list[dict[str, Any]]:
     ]
 
 
-@login_required
+@viewer_required
 def cluster(request: HttpRequest) -> HttpResponse:
     nodes = Node.objects.prefetch_related("filesystems", "gpus", "holdings")
     rows = NodeSerializer(nodes, many=True, context={"now": timezone.now()}).data
@@ -47,13 +47,13 @@ def cluster(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
+@viewer_required
 def node(request: HttpRequest, name: str) -> HttpResponse:
     get_object_or_404(Node, name=name)
     return render(request, "node.html", {"name": name, "page": "node"})
 
 
-@login_required
+@viewer_required
 def held(request: HttpRequest) -> HttpResponse:
     models = Model.objects.prefetch_related("replicas").order_by("name")
     rows = [
@@ -69,16 +69,16 @@ def held(request: HttpRequest) -> HttpResponse:
     return render(request, "held.html", {"models": rows, "page": "held"})
 
 
-@login_required
+@viewer_required
 def gpus(request: HttpRequest) -> HttpResponse:
     return render(request, "gpus.html", {"page": "gpus"})
 
 
-@login_required
+@viewer_required
 def fabrics(request: HttpRequest) -> HttpResponse:
     return render(request, "fabrics.html", {"page": "fabrics"})
 
 
-@login_required
+@viewer_required
 def nvlink(request: HttpRequest) -> HttpResponse:
     return render(request, "nvlink.html", {"page": "nvlink"})

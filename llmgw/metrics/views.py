@@ -3,6 +3,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
+from llmgw.accounts import roles
 from llmgw.metrics.collectors import FleetCollector
 from llmgw.metrics.fabrics import FabricCollector
 from llmgw.metrics.gpus import GpuCollector
@@ -27,13 +28,21 @@ class _BearerOrToken(TokenAuthentication):
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
-    """The fleet in Prometheus format, for a logged-in user or an API token."""
-    if not request.user.is_authenticated:
+    """The fleet in Prometheus format, for a logged-in user or an API token
+    with the prometheus role, or any role that may read the console."""
+    user = request.user
+    if not user.is_authenticated:
         try:
-            if _BearerOrToken().authenticate(request) is None:
-                return HttpResponse(
-                    "authentication required\n", status=401, content_type="text/plain"
-                )
+            found = _BearerOrToken().authenticate(request)
         except AuthenticationFailed:
             return HttpResponse("invalid token\n", status=401, content_type="text/plain")
+        if found is None:
+            return HttpResponse("authentication required\n", status=401, content_type="text/plain")
+        user = found[0]
+    if not roles.may_scrape(user):
+        return HttpResponse(
+            "needs the prometheus role (or viewer, operator, admin)\n",
+            status=403,
+            content_type="text/plain",
+        )
     return HttpResponse(generate_latest(_registry), content_type=CONTENT_TYPE_LATEST)

@@ -9,10 +9,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from llmgw.accounts.permissions import IsViewer
 from llmgw.nvlink import services
 
 
 class NvlinkView(APIView):
+    permission_classes = [IsViewer]
+
     @extend_schema(responses=serializers.DictField())
     def get(self, request: Request) -> Response:
         return Response(services.overview())

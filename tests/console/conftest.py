@@ -50,7 +50,9 @@ def site(asgi_server: str, settings: Any, tmp_path: Path) -> str:
     from tests.console import fleet
 
     settings.DATA_DIR = tmp_path
-    User.objects.create_user(USER, password=PASSWORD)
+    from llmgw.accounts import roles
+
+    roles.grant(User.objects.create_user(USER, password=PASSWORD), roles.OPERATOR)
     fleet.build(asgi_server, tmp_path)
     return asgi_server
 

@@ -111,8 +111,11 @@ def test_ctl_node_and_status_name_their_units(make_node, agent_client, ctl_env, 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_ctl_model_resources_prints_gib(ctl_env, capsys):
+def test_ctl_model_resources_prints_gib(ctl_env, operator, capsys):
+    from llmgw.accounts import roles
     from llmgw.catalog import services as catalog
+
+    roles.grant(operator, roles.ADMIN)  # a model's resources are the catalog's
 
     catalog.apply_text(
         "models:\n  - name: m\n    source: hf://x/m\n    profiles:\n"

@@ -99,8 +99,8 @@ def test_the_node_list_costs_a_fixed_number_of_queries(
         _, credential = make_node(f"gpu-{i}")
         agent_client(credential).post("register", registration(f"gpu-{i}"))
         agent_client(credential).post("heartbeat", heartbeat(f"gpu-{i}"))
-    # token, nodes, filesystems, gpus, holdings: the same for 5 nodes or 5,000.
-    with django_assert_num_queries(5):
+    # token, roles, nodes, filesystems, gpus, holdings: the same for 5 nodes or 5,000.
+    with django_assert_num_queries(6):
         assert len(api.get("/api/v1/nodes").json()) == 5
 
 

@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from llmgw.accounts import roles
 from llmgw.catalog.models import Model
 from llmgw.cli import ctl
 from llmgw.serving.models import ApiKey
@@ -26,7 +27,7 @@ def models(db):
 def test_create_shows_the_key_once_and_stores_only_its_digest(
     api, models, django_assert_num_queries
 ):
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(10):
         created = api.post("/api/v1/keys", {"name": "ci", "models": ["tiny"]}, format="json")
     assert created.status_code == 201, created.content
     key = created.json()["key"]
@@ -37,13 +38,14 @@ def test_create_shows_the_key_once_and_stores_only_its_digest(
     assert key not in repr(list(ApiKey.objects.values()))
     assert row.owner.username == "ops"
 
-    with django_assert_num_queries(3):
+    with django_assert_num_queries(4):
         listed = api.get("/api/v1/keys").json()
     assert [k["name"] for k in listed] == ["ci"] and "key" not in listed[0]
     assert "digest" not in listed[0]
 
 
-def test_scope_is_named_models_or_all_never_by_omission(api, models):
+def test_scope_is_named_models_or_all_never_by_omission(api, operator, models):
+    roles.grant(operator, roles.ADMIN)  # an all-model key is an admin's
     refused = api.post("/api/v1/keys", {"name": "x"}, format="json")
     assert refused.status_code == 400 and "name the models" in refused.json()["detail"]
     both = api.post(
@@ -58,9 +60,12 @@ def test_scope_is_named_models_or_all_never_by_omission(api, models):
     assert again.status_code == 400 and "already named" in again.json()["detail"]
 
 
-def test_revoke_by_name_then_the_name_is_free_again(api, models, django_assert_num_queries):
+def test_revoke_by_name_then_the_name_is_free_again(
+    api, operator, models, django_assert_num_queries
+):
+    roles.grant(operator, roles.ADMIN)
     first = api.post("/api/v1/keys", {"name": "ci", "all_models": True}, format="json").json()
-    with django_assert_num_queries(5):
+    with django_assert_num_queries(6):
         revoked = api.post("/api/v1/keys/ci/revoke")
     assert revoked.status_code == 200 and revoked.json()["revoked_at"]
     # Idempotent, and reachable by id once the name is taken again.
@@ -71,15 +76,19 @@ def test_revoke_by_name_then_the_name_is_free_again(api, models, django_assert_n
     assert api.post("/api/v1/keys/nope/revoke").status_code == 404
 
 
-def test_users_see_their_own_keys_and_staff_see_all(api, models):
-    api.post("/api/v1/keys", {"name": "mine", "all_models": True}, format="json")
+def test_users_see_their_own_keys_and_admins_see_all(api, models):
+    api.post("/api/v1/keys", {"name": "mine", "models": ["tiny"]}, format="json")
     other = User.objects.create_user("other", password="a-long-test-password")
+    roles.grant(other, roles.OPERATOR)
     theirs = APIClient()
     theirs.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=other).key}")
     assert theirs.get("/api/v1/keys").json() == []
     assert theirs.post("/api/v1/keys/mine/revoke").status_code == 404
+    # Django's staff flag opens Django admin, not everyone's keys.
     other.is_staff = True
     other.save()
+    assert theirs.get("/api/v1/keys").json() == []
+    roles.grant(other, roles.ADMIN)
     assert [k["name"] for k in theirs.get("/api/v1/keys").json()] == ["mine"]
     assert APIClient().get("/api/v1/keys").status_code == 401
 

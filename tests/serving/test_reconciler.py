@@ -158,7 +158,7 @@ def test_under_load_scales_up_after_staying_loaded_and_back_after_idle(node, mon
 def test_a_replica_placed_by_hand_is_held_not_taken_back(node, api, django_assert_num_queries):
     # Nothing held: the reconciler keeps no replica of its own.
     api.patch("/api/v1/models/tiny", {"always_running": 0, "under_load": 0}, format="json")
-    with django_assert_num_queries(33):
+    with django_assert_num_queries(34):
         placed = api.post("/api/v1/models/tiny/place")
     assert placed.status_code == 201, placed.json()
     body = placed.json()

@@ -9,6 +9,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from llmgw.accounts.permissions import ActionRoles, IsAdmin, IsOperator
 from llmgw.catalog import services as catalog
 from llmgw.catalog.api.serializers import CountsSerializer, ModelSerializer, ResourcesSerializer
 from llmgw.catalog.loader import CatalogError
@@ -17,10 +18,13 @@ from llmgw.placement import services as placement
 from llmgw.serving import services as serving
 
 
-class ModelViewSet(viewsets.GenericViewSet):
+class ModelViewSet(ActionRoles, viewsets.GenericViewSet):
     serializer_class = ModelSerializer
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
+    # Held counts and placing are day-to-day operations; a model's declared
+    # resources are the catalog's, which only an admin changes.
+    action_roles = {"partial_update": IsOperator, "place": IsOperator, "resources": IsAdmin}
 
     def get_queryset(self) -> QuerySet[Model]:
         if self.action in ("explain", "headroom", "place"):

@@ -7,17 +7,22 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from llmgw.accounts.permissions import IsViewer
 from llmgw.fabrics import overview
 from llmgw.fabrics.models import FabricMap, PhysicalFabric
 
 
 class FabricListView(APIView):
+    permission_classes = [IsViewer]
+
     @extend_schema(responses=serializers.DictField())
     def get(self, request: Request) -> Response:
         return Response(overview.build())
 
 
 class TopologyView(APIView):
+    permission_classes = [IsViewer]
+
     @extend_schema(responses=serializers.DictField())
     def get(self, request: Request, pk: int) -> Response:
         fabric = get_object_or_404(PhysicalFabric, pk=pk)

@@ -10,15 +10,17 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from llmgw.accounts.permissions import ActionRoles, IsOperator
 from llmgw.inventory import services
 from llmgw.inventory.api.serializers import CordonSerializer, LabelsSerializer, NodeSerializer
 from llmgw.inventory.models import Node
 
 
-class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+class NodeViewSet(ActionRoles, viewsets.ReadOnlyModelViewSet):
     serializer_class = NodeSerializer
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
+    action_roles = {"cordon": IsOperator, "uncordon": IsOperator, "labels": IsOperator}
 
     def get_queryset(self) -> QuerySet[Node]:
         return Node.objects.prefetch_related("filesystems", "gpus", "holdings")

@@ -1,8 +1,9 @@
 """/api/v1/keys: the gateway's API keys, for operators.
 
 The key itself is in the answer to the POST that creates it and nowhere
-else: not in the list, not in the database, not in a log. Staff see every
-key; other users see and revoke their own.
+else: not in the list, not in the database, not in a log. Admins see and
+revoke every key; operators make keys for themselves, for the models they
+name, and see and revoke their own; viewers see their own.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from llmgw.accounts import roles
+from llmgw.accounts.permissions import ActionRoles, IsOperator
 from llmgw.serving import keys
 from llmgw.serving.models import ApiKey
 
@@ -54,14 +58,15 @@ class CreatedKeySerializer(ApiKeySerializer):
         fields = [*ApiKeySerializer.Meta.fields, "key"]
 
 
-class ApiKeyViewSet(viewsets.GenericViewSet):
+class ApiKeyViewSet(ActionRoles, viewsets.GenericViewSet):
     serializer_class = ApiKeySerializer
     # A name (the active key of that name) or an id (any key, revoked too).
     lookup_value_regex = "[^/]+"
+    action_roles = {"create": IsOperator, "revoke": IsOperator}
 
     def get_queryset(self) -> QuerySet[ApiKey]:
         queryset = ApiKey.objects.select_related("owner").prefetch_related("allowed_models")
-        if not self.request.user.is_staff:
+        if not roles.is_admin(self.request.user):
             queryset = queryset.filter(owner=self.request.user)
         return queryset
 
@@ -88,6 +93,10 @@ class ApiKeyViewSet(viewsets.GenericViewSet):
     def create(self, request: Request) -> Response:
         body = CreateKeySerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        # An all-model key also reaches every model added later, so it is
+        # not an operator's to make: they name what the key is for.
+        if body.validated_data["all_models"] and not roles.is_admin(request.user):
+            raise PermissionDenied("only an admin may make a key for all models; name the models")
         try:
             created = keys.create_key(
                 body.validated_data["name"],

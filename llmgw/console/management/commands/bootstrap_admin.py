@@ -15,6 +15,8 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
 from rest_framework.authtoken.models import Token
 
+from llmgw.accounts import roles
+
 
 class Command(BaseCommand):
     help = "Create the admin account (once) and write a CLI config with its API token"
@@ -30,6 +32,9 @@ class Command(BaseCommand):
             given = os.environ.get("LLMGW_ADMIN_PASSWORD")
             password = given or secrets.token_urlsafe(12)
             user = User.objects.create_superuser(username, password=password)
+            # A superuser is an admin anyway; the group says so where
+            # people look (Admin > Users, `grant_role`).
+            roles.grant(user, roles.ADMIN)
             if given:
                 self.stdout.write(f"admin account {username!r} created with LLMGW_ADMIN_PASSWORD")
             else:
