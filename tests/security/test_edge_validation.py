@@ -105,3 +105,16 @@ def test_a_chunked_body_over_the_limit_answers_413_in_json(asgi_server):
         assert answer.status_code == 413, (path, answer.text)
         assert answer.headers["Content-Type"] == "application/json"
     assert answer.json()["errors"]["payload"]
+
+
+def test_a_unicode_digit_in_a_key_path_is_not_found(api):
+    # "²".isdigit() is True; int("²") raised and answered 500.
+    # A number too long for int() (4,300 digits) or for the id column too.
+    for path in (
+        "/api/v1/keys/%C2%B2/",
+        "/api/v1/keys/%C2%B2/revoke",
+        f"/api/v1/keys/{'1' * 5000}/",
+        f"/api/v1/keys/{2**63}/",
+    ):
+        answer = api.get(path) if path.endswith("/") else api.post(path)
+        assert answer.status_code == 404, (path, answer.status_code)

@@ -73,11 +73,13 @@ class ApiKeyViewSet(ActionRoles, viewsets.GenericViewSet):
     def get_object(self) -> ApiKey:
         value = self.kwargs["pk"]
         queryset = self.get_queryset()
-        found = (
-            queryset.filter(pk=int(value))
-            if value.isdigit()
-            else queryset.filter(name=value, revoked_at__isnull=True)
-        )
+        # ASCII digits only: "²".isdigit() is True and int("²") raises. Up to
+        # 18 of them, within the id column's range: a longer number is no key
+        # either, not a 500.
+        if value.isascii() and value.isdigit() and len(value) <= 18:
+            found = queryset.filter(pk=int(value))
+        else:
+            found = queryset.filter(name=value, revoked_at__isnull=True)
         api_key = found.first()
         if api_key is None:
             raise Http404(f"no key {value}")
