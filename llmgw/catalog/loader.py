@@ -13,8 +13,31 @@ from typing import Any
 
 import yaml
 
+from llmgw.validation import MAX_DEPTH, number_problem, text_problem
+
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,254}$")
+
+# GiB, as everywhere (llmgw.units). A pebibyte is past any machine, and
+# keeps memory_gb * GiB within 64 bits: 1e308 GiB was finite and broke the
+# first page that turned it into bytes.
+MAX_MEMORY_GB = 1024 * 1024
+# Replicas of one model the reconciler is asked to hold.
+MAX_REPLICAS = 10_000
+# Each number's bounds: within its column (32 bits) and within reason. The
+# REST API's serializers refuse past the same ones.
+LIMITS: dict[str, tuple[int, int]] = {
+    "always_running": (0, MAX_REPLICAS),
+    "under_load": (0, MAX_REPLICAS),
+    "priority": (-(2**31), 2**31 - 1),
+    # A node registers at most 256 GPUs and 65,536 CPUs.
+    "gpus_per_shard": (0, 256),
+    "tensor_parallel": (0, 256),
+    "nodes_per_replica": (0, 1024),
+    "min_memory_gb": (0, MAX_MEMORY_GB),
+    "memory_gb": (0, MAX_MEMORY_GB),
+    "cpu_cores": (0, 65_536),
+}
 
 
 class CatalogError(Exception):
@@ -60,6 +83,11 @@ class _Reader:
                 self.error(key_node, where, "given twice")
                 continue
             value = self.scalar(value_node, where, keys[key])
+            if key in LIMITS and isinstance(value, int | float) and not isinstance(value, bool):
+                problem = number_problem(value, *LIMITS[key])
+                if problem is not None:
+                    self.error(value_node, where, problem)
+                    value = _BAD
             if value is not _BAD:
                 out[key] = value
         present = {key_node.value for key_node, _ in node.value}
@@ -79,6 +107,9 @@ class _Reader:
             if not isinstance(node, yaml.MappingNode):
                 self.error(node, path, "expected a mapping of strings")
                 return _BAD
+            for k, _ in node.value:
+                if (problem := text_problem(k.value)) is not None:
+                    self.error(k, path, f"a key {ascii(k.value[:40])} {problem}")
             return {k.value: self.scalar(v, f"{path}.{k.value}", "str") for k, v in node.value}
         if not isinstance(node, yaml.ScalarNode):
             self.error(node, path, f"expected {_KINDS[kind]}")
@@ -93,6 +124,15 @@ class _Reader:
         }[kind]
         if not ok:
             self.error(node, path, f"expected {_KINDS[kind]}, got {node.value!r}")
+            return _BAD
+        # YAML spells NUL ("\0") and lone surrogates ("\ud800") as escapes,
+        # and .inf, .nan and 1e400 as floats: none of them can be stored.
+        if kind == "str":
+            problem = text_problem(str(value))
+        else:
+            problem = number_problem(value) if isinstance(value, float) else None
+        if problem is not None:
+            self.error(node, path, problem)
             return _BAD
         return str(value) if kind == "str" else value
 
@@ -136,8 +176,30 @@ PROFILE = {
 }
 
 
+def _plain(text: str) -> None:
+    """Refuse anchors, aliases and deep nesting before composing. An alias
+    is a reference, so a kilobyte of them fans out to tens of thousands of
+    profiles (seconds per kilobyte, growing with the square of the size);
+    the composer recurses once per level. A catalog needs neither: write the
+    value out. Events are read one by one, so this costs one pass."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        line = f"line {event.start_mark.line + 1}"
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise CatalogError(
+                [f"{line}: YAML anchors and aliases (&name, *name) are not accepted; write it out"]
+            )
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise CatalogError([f"{line}: nested deeper than {MAX_DEPTH} levels"])
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
 def parse(text: str) -> Parsed:
     try:
+        _plain(text)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

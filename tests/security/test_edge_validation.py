@@ -7,6 +7,7 @@ and surrogates in text and jsonb."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
@@ -118,3 +119,109 @@ def test_a_unicode_digit_in_a_key_path_is_not_found(api):
     ):
         answer = api.get(path) if path.endswith("/") else api.post(path)
         assert answer.status_code == 404, (path, answer.status_code)
+
+
+CATALOG = """
+models:
+  - name: tiny
+    source: hf://x/tiny
+    profiles:
+      - name: cpu
+        memory_gb: 2
+        cpu_cores: 2
+"""
+
+
+@pytest.fixture
+def tiny(db: Any, operator: Any) -> Any:
+    """The catalog's one model, and `api` made an admin: resources are theirs."""
+    from llmgw.catalog import services as catalog
+
+    catalog.apply_text(CATALOG)
+    operator.is_superuser = True
+    operator.save()
+
+
+def test_memory_gb_1e308_is_refused_and_the_models_pages_stay_up(tiny, api):
+    # 1e308 GiB is finite, but not once it is multiplied into bytes.
+    answer = api.post("/api/v1/models/tiny/resources", {"memory_gb": 1e308}, format="json")
+    assert answer.status_code == 400, answer.content
+    assert "memory_gb" in answer.json()
+    for path in ("", "headroom/", "explain/"):
+        assert api.get(f"/api/v1/models/tiny/{path}").status_code == 200, path
+    assert api.post("/api/v1/models/tiny/place").status_code in (201, 409)
+    assert api.get("/api/v1/models/").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("resources", {"cpu_cores": 2**63}),
+        ("resources", {"cpu_cores": 2**31}),
+        ("resources", {"memory_gb": -1}),
+        ("", {"under_load": 2**63}),
+        ("", {"always_running": 2**31}),
+    ],
+)
+def test_numbers_past_their_columns_and_sane_limits_are_refused(tiny, api, path, body):
+    if path:
+        answer = api.post(f"/api/v1/models/tiny/{path}", body, format="json")
+    else:
+        answer = api.patch("/api/v1/models/tiny", body, format="json")
+    assert answer.status_code == 400, answer.content
+    assert set(answer.json()) == set(body)
+    assert api.get("/api/v1/models/tiny/").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "resources, key",
+    [
+        ("memory_gb: .inf", "memory_gb"),
+        ("memory_gb: .nan", "memory_gb"),
+        # YAML 1.1 reads a float only with a dot and a signed exponent.
+        ("memory_gb: 1.0e+400", "memory_gb"),
+        ("memory_gb: 1.0e+308", "memory_gb"),
+        ("memory_gb: 2\n        cpu_cores: 9223372036854775808", "cpu_cores"),
+        (
+            "memory_gb: 2\n        gpu_class: H100\n        gpus_per_shard: 99999999999",
+            "gpus_per_shard",
+        ),
+        ("memory_gb: 2\n        priority: 2147483648", "priority"),
+        ('memory_gb: 2\n        fabric: "ib\\0a"', "fabric"),
+        ('memory_gb: 2\n        fabric: "ib\\ud800"', "fabric"),
+        ('memory_gb: 2\n        node_selector: {"rack\\0": r1}', "node_selector"),
+    ],
+)
+def test_a_catalog_number_or_string_out_of_bounds_is_refused_naming_line_and_key(
+    db, resources, key
+):
+    from llmgw.catalog import services as catalog
+    from llmgw.catalog.loader import CatalogError
+
+    source = CATALOG.replace("memory_gb: 2\n        cpu_cores: 2", resources)
+    with pytest.raises(CatalogError) as refused:
+        catalog.apply_text(source)
+    assert len(refused.value.errors) == 1, refused.value.errors
+    assert refused.value.errors[0].startswith("line "), refused.value.errors
+    assert f"models[0].profiles[0].{key}: " in refused.value.errors[0]
+
+
+def test_a_catalog_of_yaml_aliases_is_refused_at_once(db):
+    from llmgw.catalog.loader import CatalogError, parse
+
+    # A kilobyte that fans out to 14,400 profiles: seconds per kilobyte,
+    # growing with the square of its size.
+    n = 120
+    text = (
+        "p: &p {name: cpu, memory_gb: 2, cpu_cores: 2}\n"
+        f"m: &m {{name: tiny, source: hf://x, profiles: [{', '.join(['*p'] * n)}]}}\n"
+        f"models: [{', '.join(['*m'] * n)}]\n"
+    )
+    started = time.monotonic()
+    with pytest.raises(CatalogError) as refused:
+        parse(text)
+    assert time.monotonic() - started < 1
+    assert refused.value.errors[0].startswith("line 1: ") and "alias" in str(refused.value)
+    with pytest.raises(CatalogError) as deep:
+        parse("models: " + "[" * 100_000 + "]" * 100_000)
+    assert "nested deeper than 64" in str(deep.value)

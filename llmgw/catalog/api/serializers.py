@@ -5,6 +5,7 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import serializers
 
+from llmgw.catalog.loader import LIMITS
 from llmgw.catalog.models import Model, Profile
 from llmgw.serving.models import Replica
 from llmgw.units import GiB, format_bytes, format_bytes_pair
@@ -126,12 +127,19 @@ class ModelSerializer(serializers.ModelSerializer):
         ]
 
 
+def _bounded(field: type[serializers.Field], key: str, **kwargs: Any) -> Any:
+    """A number within the catalog's bounds for `key` (loader.LIMITS): past
+    them the column overflows (a 500) or a page that reads it breaks."""
+    low, high = LIMITS[key]
+    return field(min_value=low, max_value=high, required=False, **kwargs)
+
+
 class CountsSerializer(serializers.Serializer):
-    always_running = serializers.IntegerField(min_value=0, required=False)
-    under_load = serializers.IntegerField(min_value=0, required=False)
+    always_running = _bounded(serializers.IntegerField, "always_running")
+    under_load = _bounded(serializers.IntegerField, "under_load")
 
 
 class ResourcesSerializer(serializers.Serializer):
-    memory_gb = serializers.FloatField(min_value=0, required=False, allow_null=True)
-    cpu_cores = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    profile = serializers.CharField(required=False, allow_null=True)
+    memory_gb = _bounded(serializers.FloatField, "memory_gb", allow_null=True)
+    cpu_cores = _bounded(serializers.IntegerField, "cpu_cores", allow_null=True)
+    profile = serializers.CharField(max_length=100, required=False, allow_null=True)
