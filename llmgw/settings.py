@@ -133,7 +133,14 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # redis-py 8 gives a connection a 5 s socket timeout by default,
+            # and channels-redis waits for a consumer's next message on a
+            # blocking pop that long: every idle stream's receive timed
+            # out, its socket was torn down and the agent reconnected every
+            # ~5 s. Reads may wait well past the pop; connecting may not.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5}]
+            },
         }
     }
     CACHES = {
