@@ -51,13 +51,26 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         self._poller = asyncio.create_task(self._poll())
 
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # disconnect() runs only on a clean close: a handler that raises (a
+        # message that is not JSON) or a channel layer that fails ends the
+        # consumer without it, and the poll it started ran on for good.
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._stop_polling()
+
     async def disconnect(self, code: int) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
+        await self._stop_polling()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def _stop_polling(self) -> None:
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
 
     async def _poll(self) -> None:
         while not self._closed:
