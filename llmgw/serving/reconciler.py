@@ -12,10 +12,12 @@ recorded with its reasons (explain shows them) and tried again next tick.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from llmgw.catalog.models import Model
@@ -65,8 +67,46 @@ def target(model: Model, live: int, now: datetime) -> int:
     return state.target
 
 
+# The advisory-lock key space of "a reconciler is working on model N".
+MODEL_LOCK = 0x6C6D6777  # "lmgw"
+
+
+@contextmanager
+def reconciling(model: Model) -> Iterator[bool]:
+    """Whether this process may reconcile the model now: one reconciler per
+    model across every worker. Two workers counted the same live replicas
+    and each placed the missing one, a duplicate in 2 of 3 rounds; the
+    count and the placements now happen under a PostgreSQL advisory lock
+    that a second reconciler does not wait for (the first is doing the
+    work). A session lock, not a transaction: each placement commits on its
+    own, as it always has. The embedded default runs one worker."""
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [MODEL_LOCK, model.pk])
+        held = bool(cursor.fetchone()[0])
+    try:
+        yield held
+    finally:
+        if held:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [MODEL_LOCK, model.pk])
+
+
 def reconcile_model(model: Model, now: datetime | None = None) -> dict[str, Any]:
-    now = now or timezone.now()
+    with reconciling(model) as mine:
+        if not mine:
+            return {
+                "released": [],
+                "placed": [],
+                "refused": None,
+                "skipped": "reconciled elsewhere",
+            }
+        return _reconcile(model, now or timezone.now())
+
+
+def _reconcile(model: Model, now: datetime) -> dict[str, Any]:
     done: dict[str, Any] = {"released": [], "placed": [], "refused": None}
     replicas = list(Replica.objects.filter(model=model).prefetch_related("shards__node"))
     for replica in replicas:
