@@ -3,6 +3,11 @@
 # tasks), a worker, a real agent for this machine and a simulated fleet.
 # Set DATABASE_URL and REDIS_URL to run the same on PostgreSQL and Redis.
 set -euo pipefail
+# Everything made from here on is this account's alone: the data directory,
+# the database, the CLI config and the keys and tokens beside it. A secret
+# written under the usual 0022 and chmod-ed afterwards can be opened by
+# another local user in between, and stays open to whoever did.
+umask 077
 cd "$(dirname "$0")/.."
 DATA=${LLMGW_DATA_DIR:-$PWD/var}
 export LLMGW_DATA_DIR=$DATA
@@ -24,7 +29,7 @@ NODE=$(hostname -s)
 if [ ! -s "$DATA/agent/credential" ]; then
   # The credential was lost (or never made): start this node's identity afresh.
   llmgw node revoke "$NODE" >/dev/null 2>&1 || true
-  (umask 077; llmgw node add "$NODE" 2>/dev/null > "$DATA/agent/join-token")
+  llmgw node add "$NODE" 2>/dev/null > "$DATA/agent/join-token"
 fi
 cat > "$DATA/agent/agent.yaml" <<YAML
 server_url: $URL
@@ -41,12 +46,11 @@ YAML
 
 # Prometheus for the node pages' hour of charts, when this machine has it
 # (Debian's prometheus; make services installs it). It scrapes /metrics
-# with the admin's API token, kept 0600 beside its configuration.
+# with the admin's API token, 0600 (the umask) beside its configuration.
 PROM_PORT=${LLMGW_PROMETHEUS_PORT:-9090}
 if command -v prometheus >/dev/null; then
   mkdir -p "$DATA/prometheus"
   python -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['token'])" "$DATA/cli.yaml" > "$DATA/prometheus/token"
-  chmod 600 "$DATA/prometheus/token"
   cat > "$DATA/prometheus/prometheus.yml" <<PROM
 global: {scrape_interval: 15s}
 scrape_configs:
@@ -86,7 +90,6 @@ KEY_FILE="$DATA/gateway-key"
 if [ ! -s "$KEY_FILE" ]; then
   LLMGW_CONFIG="$DATA/cli.yaml" llmgw ctl keys revoke demo >/dev/null 2>&1 || true
   LLMGW_CONFIG="$DATA/cli.yaml" llmgw ctl keys create demo --all-models | tail -1 > "$KEY_FILE"
-  chmod 600 "$KEY_FILE"
 fi
 
 cat <<MSG

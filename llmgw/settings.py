@@ -15,6 +15,7 @@ from pathlib import Path
 import dj_database_url
 
 from llmgw import env
+from llmgw.private import create_private, private_dir, write_private
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env.string("LLMGW_DATA_DIR", str(BASE_DIR / "var")) or "")
@@ -24,13 +25,12 @@ def _secret_key() -> str:
     configured = env.string("DJANGO_SECRET_KEY")
     if configured:
         return configured
-    # Embedded default: one random key per data directory, kept 0600, so
-    # sessions survive a restart without a key ever living in the source.
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
-    path = DATA_DIR / "secret_key"
+    # Embedded default: one random key per data directory, 0600 from the
+    # start, so sessions survive a restart without a key ever living in the
+    # source. Two processes starting at once keep whichever was written first.
+    path = private_dir(DATA_DIR) / "secret_key"
     if not path.exists():
-        path.touch(mode=0o600)
-        path.write_text(secrets.token_urlsafe(50))
+        write_private(path, secrets.token_urlsafe(50), replace=False)
     return path.read_text().strip()
 
 
@@ -112,7 +112,9 @@ if DATABASE_URL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
 elif DATABASE_URL:
     DATABASES["default"]["CONN_MAX_AGE"] = 60
 else:
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    # Made 0600 before SQLite opens it: SQLite would make it with the umask
+    # (0644), and its -wal and -shm files take the database file's mode.
+    create_private(private_dir(DATA_DIR) / "llmgw.sqlite3")
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
