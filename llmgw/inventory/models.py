@@ -46,6 +46,11 @@ class Node(models.Model):
     fabrics = models.JSONField(default=list, blank=True)
     heartbeat_interval_s = models.PositiveIntegerField(default=10)
     registered_at = models.DateTimeField(null=True, blank=True)
+    # Where the agent's registration came from, as the control plane saw the
+    # connection: the only host a shard's URL may name (llmgw.serving.reports).
+    # Not the agent's word: a URL of its choosing would have the gateway send
+    # users' prompts anywhere. None until it registers.
+    address = models.GenericIPAddressField(null=True, blank=True)
 
     # Latest measurements, from heartbeats. measured_at says how old they are.
     # Not indexed on purpose: an indexed column written by every heartbeat

@@ -129,11 +129,13 @@ _SYSTEM_FIELDS = ("os", "kernel", "arch", "cpu_model", "nvidia_driver")
 
 
 @transaction.atomic
-def register(node: Node, data: dict[str, Any]) -> Node:
-    """Store what the agent says the node is. Cordons and operator labels
-    are the operator's and are never touched here."""
+def register(node: Node, data: dict[str, Any], address: str | None) -> Node:
+    """Store what the agent says the node is, and `address`, where the
+    registration came from (None: not an IP address, so unknown). Cordons and
+    operator labels are the operator's and are never touched here."""
     system = data.get("system") or {}
     node = Node.objects.select_for_update().get(pk=node.pk)
+    node.address = address
     for field in _AGENT_OWNED:
         if field in data:
             setattr(node, field, data[field])

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.utils import timezone
 
@@ -31,6 +33,43 @@ def replica_state(states: list[str]) -> str:
     return min(states, key=lambda s: PROGRESS.index(s) if s in PROGRESS else 0)
 
 
+# Engines run unprivileged on ports the agent picks (the kernel's ephemeral
+# range, or a restarted engine's old one); below 1024 is another service.
+MIN_PORT = 1024
+
+
+def route(address: str | None, url: str) -> tuple[str, str]:
+    """(the URL the gateway may send prompts to, "") or ("", why not).
+
+    Only the port is the agent's word: the host is the node's registered
+    address, so a node cannot route users' prompts to a machine of its
+    choosing, and a URL naming any other host, a path or a privileged port
+    is refused, saying why."""
+    if not url:
+        return "", ""  # not listening yet
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+        host = ipaddress.ip_address(parts.hostname or "")
+    except ValueError:
+        port, host = None, None
+    if address is None:
+        return "", "this node's address is unknown until its agent registers again"
+    mine = ipaddress.ip_address(address)
+    if isinstance(host, ipaddress.IPv6Address) and host.ipv4_mapped:
+        host = host.ipv4_mapped
+    if parts.scheme != "http" or parts.username is not None or parts.path not in ("", "/"):
+        return "", "expected http://ADDRESS:PORT, nothing more"
+    if host != mine:
+        return "", (
+            f"the host is not {mine}, the address this node registers from; "
+            "set the agent's advertise_host to it"
+        )
+    if port is None or not MIN_PORT <= port <= 65535:
+        return "", f"the port must be {MIN_PORT}-65535, where an engine listens"
+    return (f"http://[{mine}]:{port}" if mine.version == 6 else f"http://{mine}:{port}"), ""
+
+
 def store(node: Node, reports: list[dict[str, Any]], now: datetime | None = None) -> set[int]:
     """Update this node's shards from its report; returns replicas whose
     state changed. A shard the agent does not mention is pending (the agent
@@ -45,14 +84,21 @@ def store(node: Node, reports: list[dict[str, Any]], now: datetime | None = None
             if shard.state != ReplicaState.PENDING:
                 fields = {"state": ReplicaState.PENDING, "message": "not reported by the agent"}
         else:
+            reported = report.get("url") or ""
+            url, refusal = route(node.address, reported)
             fields = {
                 "state": report.get("state") or ReplicaState.PENDING,
-                "url": report.get("url") or "",
+                "url": url,
                 "pid": report.get("pid"),
                 "restarts": report.get("restarts") or 0,
                 "message": report.get("message") or "",
                 "reported_at": now,
             }
+            if refusal:
+                # Failed, not ready without a route: the reconciler replaces
+                # it, and the operator reads why.
+                fields["state"] = ReplicaState.FAILED
+                fields["message"] = f"refused url {reported}: {refusal}"
         if fields:
             Shard.objects.filter(pk=shard.pk).update(**fields)
             changed.add(shard.replica_id)

@@ -3,6 +3,7 @@ service."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Any
 
@@ -69,6 +70,16 @@ class AgentView(APIView):
         return data, None
 
 
+def peer_address(request: Request) -> str | None:
+    """The address the request came from, as the server saw the connection
+    (or as a reverse proxy it trusts passed it on); None when not over IP.
+    Never a field of the payload, which is the agent's word."""
+    try:
+        return str(ipaddress.ip_address(request.META.get("REMOTE_ADDR") or ""))
+    except ValueError:
+        return None
+
+
 class RegisterView(AgentView):
     serializer_class = s.RegisterSerializer
 
@@ -76,7 +87,7 @@ class RegisterView(AgentView):
         data, refusal = self.parse(request)
         if refusal:
             return refusal
-        node = services.register(request.auth, data)
+        node = services.register(request.auth, data, peer_address(request))
         return Response({"node": node.name, "state": services.effective_state(node)})
 
 
