@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 
 from django.conf import settings
 
@@ -58,38 +57,43 @@ def catalog_command(path: str) -> int:
 
 
 def worker_command(concurrency: int) -> int:
-    """With a broker, a real Celery worker with beat. In the embedded
-    default there is no broker: run the same beat schedule in this
-    process, calling each task directly."""
-    if not settings.CELERY_TASK_ALWAYS_EAGER:
-        from llmgw.celery import app
+    """A worker and the periodic schedule. With a broker, a Celery worker,
+    and the schedule sent from this process only while it holds the
+    cluster's schedule lock (however many workers run, each task is sent
+    once per interval). In the embedded default there is no broker: the
+    same schedule runs here, calling each task directly."""
+    import threading
 
-        app.worker_main(
-            [
-                "worker",
-                "--beat",
-                "--loglevel=INFO",
-                f"--concurrency={concurrency}",
-                "--without-gossip",
-            ]
-        )
-        return 0
+    from llmgw import schedule
     from llmgw.celery import app
 
     app.loader.import_default_modules()
-    schedule = {
-        name: (entry["task"], float(entry["schedule"]))
+    eager = settings.CELERY_TASK_ALWAYS_EAGER
+    tasks = {
+        name: (app.tasks[entry["task"]].apply if eager else app.tasks[entry["task"]].delay,
+               float(entry["schedule"]))
         for name, entry in settings.CELERY_BEAT_SCHEDULE.items()
-    }
-    due = dict.fromkeys(schedule, 0.0)
-    log.info("embedded worker: running %d periodic tasks in-process", len(schedule))
-    while True:
-        now = time.monotonic()
-        for name, (task, every) in schedule.items():
-            if now >= due[name]:
-                due[name] = now + every
-                try:
-                    app.tasks[task].apply()
-                except Exception:
-                    log.exception("periodic task %s failed", name)
-        time.sleep(max(0.2, min(due.values()) - time.monotonic()))
+    }  # fmt: skip
+    stop = threading.Event()
+    if eager:
+        log.info("embedded worker: running %d periodic tasks in-process", len(tasks))
+        try:
+            schedule.run(tasks, schedule.AlwaysHeld(), stop)
+        finally:
+            stop.set()
+        return 0
+    beat = threading.Thread(
+        target=schedule.run,
+        args=(tasks, schedule.ClusterLock(settings.REDIS_URL), stop),
+        name="schedule",
+        daemon=True,
+    )
+    beat.start()
+    try:
+        app.worker_main(
+            ["worker", "--loglevel=INFO", f"--concurrency={concurrency}", "--without-gossip"]
+        )
+    finally:
+        stop.set()
+        beat.join(timeout=5)
+    return 0
