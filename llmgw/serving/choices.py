@@ -8,6 +8,9 @@ class ReplicaState(models.TextChoices):
     READY = "ready", "ready"
     FAILED = "failed", "failed"
     STOPPING = "stopping", "stopping"
+    # Its node stopped reporting (NotReady): nothing says the engine still
+    # runs, so nothing routes to it and the reconciler replaces it.
+    LOST = "lost", "lost"
 
     @classmethod
     def colour(cls, value: str) -> str:
@@ -18,4 +21,5 @@ class ReplicaState(models.TextChoices):
             "ready": "#2e9e5b",
             "failed": "#d64541",
             "stopping": "#e0a526",
+            "lost": "#d64541",
         }.get(value, "#8a8f98")

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from llmgw.catalog.models import Model
 from llmgw.placement import services as placement
+from llmgw.serving import lost
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import HeldState, Replica
 
@@ -110,16 +111,20 @@ def _reconcile(model: Model, now: datetime) -> dict[str, Any]:
     done: dict[str, Any] = {"released": [], "placed": [], "refused": None}
     replicas = list(Replica.objects.filter(model=model).prefetch_related("shards__node"))
     for replica in replicas:
-        if replica.state == ReplicaState.FAILED:
+        if replica.state in (ReplicaState.FAILED, ReplicaState.LOST):
             why = "; ".join(
                 f"{s.node.name}: {s.message}" for s in replica.shards.all() if s.message
             )
             log.warning(
-                "%s replica %s failed (%s): released whole, replacing", model.name, replica.pk, why
+                "%s replica %s %s (%s): released whole, replacing",
+                model.name,
+                replica.pk,
+                replica.state,
+                why,
             )
             placement.release_replica(replica.pk)
             done["released"].append(replica.pk)
-    live = [r for r in replicas if r.state != ReplicaState.FAILED]
+    live = [r for r in replicas if r.state not in (ReplicaState.FAILED, ReplicaState.LOST)]
     wanted = target(model, len(live), now)
     while len(live) + len(done["placed"]) < wanted:
         replica, result = placement.place_replica(model.name)
@@ -141,7 +146,11 @@ def take_back(model: Model, wanted: int) -> list[int]:
     on the strength of the older count."""
     held = Model.objects.select_for_update(no_key=True).get(pk=model.pk)
     wanted = max(wanted, held.always_running)
-    live = list(Replica.objects.filter(model=held).exclude(state=ReplicaState.FAILED))
+    live = list(
+        Replica.objects.filter(model=held).exclude(
+            state__in=(ReplicaState.FAILED, ReplicaState.LOST)
+        )
+    )
     # What serves least goes first: not ready, then the newest (two stable
     # sorts, since a datetime cannot be negated into one key).
     newest_first = sorted(live, key=lambda r: (r.created_at, r.pk), reverse=True)
@@ -154,6 +163,9 @@ def take_back(model: Model, wanted: int) -> list[int]:
 
 
 def reconcile_all() -> dict[str, Any]:
+    # First what the staleness check found: a dead node's replicas are
+    # replaced in this tick, not left "ready" until the node returns.
+    lost.mark_lost()
     results = {}
     held = Model.objects.filter(always_running__gt=0) | Model.objects.filter(replicas__isnull=False)
     for model in held.distinct().prefetch_related("profiles"):

@@ -28,6 +28,8 @@ def replica_state(states: list[str]) -> str:
         return ReplicaState.PENDING
     if ReplicaState.FAILED in states:
         return ReplicaState.FAILED
+    if ReplicaState.LOST in states:
+        return ReplicaState.LOST
     if ReplicaState.STOPPING in states:
         return ReplicaState.STOPPING
     return min(states, key=lambda s: PROGRESS.index(s) if s in PROGRESS else 0)

@@ -88,7 +88,7 @@ def place_by_hand(name: str) -> tuple[Replica | None, Placement, dict[str, Any]]
         counts: dict[str, Any] = {"before": before, "after": before, "held": ""}
         if replica is None:
             return None, result, counts
-        live = model.replicas.exclude(state=ReplicaState.FAILED).count()
+        live = model.replicas.exclude(state__in=(ReplicaState.FAILED, ReplicaState.LOST)).count()
         if live <= before:
             return replica, result, {**counts, "held": f"held as one of always_running {before}"}
         model.always_running = live

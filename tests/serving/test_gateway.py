@@ -13,6 +13,7 @@ import pytest
 from django.core.cache import cache
 
 from llmgw.catalog.models import Model, Profile
+from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import Node
 from llmgw.serving import keys
 from llmgw.serving.choices import ReplicaState
@@ -27,7 +28,11 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 def replica(model: str, url: str, state: str = ReplicaState.READY) -> Replica:
     m, _ = Model.objects.get_or_create(name=model, defaults={"source": f"hf://x/{model}"})
     profile, _ = Profile.objects.get_or_create(model=m, name="cpu")
-    node, _ = Node.objects.get_or_create(name=f"node-{model}-{Replica.objects.count()}")
+    # Ready, as a node whose agent reports its shards is: a NotReady
+    # node's shards are not routed to.
+    node, _ = Node.objects.get_or_create(
+        name=f"node-{model}-{Replica.objects.count()}", defaults={"state": NodeState.READY}
+    )
     r = Replica.objects.create(model=m, profile=profile, state=state)
     Shard.objects.create(replica=r, node=node, rank=0, url=url, state=state)
     return r

@@ -15,6 +15,7 @@ from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from llmgw.catalog.models import Model
+from llmgw.inventory.choices import NodeState
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import ApiKey, Shard
 
@@ -76,7 +77,11 @@ def load_routes() -> tuple[dict[str, int], tuple[Route, ...]]:
         for name, created in Model.objects.values_list("name", "created_at")
     }
     rows = (
-        Shard.objects.filter(rank=0, replica__state=ReplicaState.READY)
+        # A node that stopped reporting is not routed to from the moment it
+        # is NotReady, before the reconciler marks its replicas lost.
+        Shard.objects.filter(
+            rank=0, replica__state=ReplicaState.READY, node__state=NodeState.READY
+        )
         .exclude(url="")
         .values_list("replica_id", "replica__model__name", "url", "replica__profile__engine")
     )
