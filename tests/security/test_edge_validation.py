@@ -18,6 +18,7 @@ from tests.payloads import heartbeat, registration
 
 # Over Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) and the agent's 1 MiB.
 OVERSIZED = 3 * 1024 * 1024
+NUL, SURROGATE = "a\x00b", "\ud800"
 PAGES = ["/api/v1/nodes/", "/metrics", "/", "/api/v1/nvlink", "/console/api/nodes/gpu-1"]
 
 
@@ -225,3 +226,102 @@ def test_a_catalog_of_yaml_aliases_is_refused_at_once(db):
     with pytest.raises(CatalogError) as deep:
         parse("models: " + "[" * 100_000 + "]" * 100_000)
     assert "nested deeper than 64" in str(deep.value)
+
+
+def deep(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+def test_a_lone_surrogate_in_a_label_key_cannot_take_the_fleets_pages_down(
+    joined, client, operator
+):
+    node, agent = joined
+    answer = agent.post("register", registration("gpu-1", labels={SURROGATE + "rack": "r1"}))
+    assert answer.status_code == 400, answer.content
+    assert "lone surrogate" in answer.json()["errors"]["labels"][0]
+    assert set(pages_answer(client, operator).values()) == {200}
+    node.refresh_from_db()
+    assert node.registered_at is None
+
+
+# (endpoint, what to send, the field the refusal must name); each with a NUL
+# and with a lone surrogate where the text goes.
+SHAPES = [
+    ("register", lambda bad: {"labels": {bad: "x"}}, "labels"),
+    ("register", lambda bad: {"gpus": [{"index": 0, "uuid": bad}]}, "gpus.0.uuid"),
+    ("register", lambda bad: {"gpus": [{"index": 0, "name": bad}]}, "gpus.0.name"),
+    (
+        "register",
+        lambda bad: {"gpu_topology": {"gpus": [bad], "matrix": [[]]}},
+        "gpu_topology.gpus.0",
+    ),
+    ("register", lambda bad: {"imex": {"up": True, "error": bad}}, "imex.error"),
+    ("heartbeat", lambda bad: {"gpus": [{"index": 0, "uuid": bad}]}, "gpus.0.uuid"),
+    ("heartbeat", lambda bad: {"imex": {"up": False, "error": bad}}, "imex.error"),
+    ("heartbeat", lambda bad: {"sxids": {"0000:85:00.0": {bad: 1}}}, "sxids.0000:85:00.0"),
+    ("heartbeat", lambda bad: {"engines": [{"name": bad, "status": "failed"}]}, "engines.0.name"),
+    ("heartbeat", lambda bad: {"ports": [{"device": bad, "port": 1}]}, "ports.0.device"),
+    (
+        "heartbeat",
+        lambda bad: {"shards": [{"id": "r1-0", "state": "failed", "message": bad}]},
+        "shards.0.message",
+    ),
+    (
+        "heartbeat",
+        lambda bad: {"subnet_managers": [{"port": bad, "managers": []}]},
+        "subnet_managers.0.port",
+    ),
+    ("heartbeat", lambda bad: {"unknown_extra": {"x": bad}}, "unknown_extra.x"),
+]
+
+
+@pytest.mark.parametrize("bad", [NUL, SURROGATE], ids=["nul", "surrogate"])
+@pytest.mark.parametrize(
+    "shape", SHAPES, ids=[f"{endpoint}-{field}" for endpoint, _, field in SHAPES]
+)
+def test_nul_and_lone_surrogates_are_refused_with_the_field_named(
+    joined, client, operator, shape, bad
+):
+    node, agent = joined
+    endpoint, make, field = shape
+    if endpoint == "heartbeat":
+        assert agent.post("register", registration("gpu-1")).status_code == 200
+    build = registration if endpoint == "register" else heartbeat
+    answer = agent.post(endpoint, json.dumps(build("gpu-1", **make(bad))))
+    assert answer.status_code == 400, answer.content
+    assert field in answer.json()["errors"], answer.json()
+    node.refresh_from_db()
+    assert node.last_heartbeat_at is None and node.cpu_utilization_percent is None
+    assert set(pages_answer(client, operator).values()) == {200}
+
+
+def test_non_finite_numbers_are_refused_naming_the_field(joined):
+    node, agent = joined
+    body = json.dumps(
+        registration("gpu-1", gpus=[{"index": 0, "temperature_c": float("nan")}], extra=1e999)
+    )
+    answer = agent.post("register", body)
+    assert answer.status_code == 400, answer.content
+    errors = answer.json()["errors"]
+    assert "gpus.0.temperature_c" in errors and "extra" in errors
+    assert "finite" in errors["extra"][0]
+
+
+def test_nesting_deeper_than_64_levels_is_refused(joined):
+    _, agent = joined
+    answer = agent.post("register", registration("gpu-1", extra=json.loads(deep(65))))
+    assert answer.status_code == 400, answer.content
+    assert "nested deeper than 64" in json.dumps(answer.json())
+    assert (
+        agent.post("register", registration("gpu-1", extra=json.loads(deep(60)))).status_code == 200
+    )
+
+
+def test_100000_nested_brackets_answer_400_on_the_agent_api(joined):
+    _, agent = joined
+    body = '{"schema": 1, "node": "gpu-1", "x": ' + deep(100_000) + "}"
+    # join is unauthenticated; heartbeat tries the fast path first.
+    for path in ("join", "register", "heartbeat"):
+        answer = agent.post(path, body)
+        assert answer.status_code == 400, (path, answer.content)
+        assert "nested deeper than 64" in json.dumps(answer.json()), path

@@ -9,6 +9,13 @@ forms DRF coerces ("12" for 12, " /data " for "/data", 1 for true). So this
 may refuse more than the serializer, never less, and whatever it accepts
 comes out as the same data (tests/inventory/test_agent_fast.py checks both
 against each other with hypothesis).
+
+The view's reader (llmgw.validation.loads) refuses NUL, lone surrogates,
+non-finite numbers and deep nesting anywhere in the body. msgspec refuses
+the surrogates and non-finite numbers it decodes, a NUL is handed over
+below, and a body too deep for msgspec is handed over too. What msgspec
+skips without building, the unknown fields neither path stores, is not
+held to the reader's limits here.
 """
 
 from __future__ import annotations
@@ -121,9 +128,13 @@ _sent_at = serializers.DateTimeField()
 def decode_heartbeat(body: bytes) -> dict[str, Any] | None:
     """The validated heartbeat, as HeartbeatSerializer.validated_data would
     hold it; None when the serializer must decide."""
+    # JSON can only spell a NUL as an escape. A false alarm (an escaped
+    # backslash before "u0000") costs only the slower path.
+    if b"\\u0000" in body:
+        return None
     try:
         data: dict[str, Any] = _decoder.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     for key in _STRUCTS:
         if key in data:

@@ -4,7 +4,6 @@ service."""
 from __future__ import annotations
 
 import ipaddress
-import json
 from typing import Any
 
 import msgspec
@@ -22,6 +21,7 @@ from llmgw.inventory.api import agent_serializers as s
 from llmgw.inventory.api.agent_fast import decode_heartbeat
 from llmgw.inventory.api.auth import NodeCredentialAuthentication
 from llmgw.inventory.models import Node
+from llmgw.validation import Refused, loads
 
 
 class IsNode(BasePermission):
@@ -52,9 +52,12 @@ class AgentView(APIView):
                 status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
             )
         try:
-            raw = json.loads(body or b"null")
-        except ValueError as exc:
-            return None, _errors({"payload": [f"not JSON: {exc}"]})
+            # The whole body, unknown fields too, before any field: NUL,
+            # surrogates, non-finite numbers and deep nesting are refused
+            # here by path, so nothing the database would refuse reaches it.
+            raw = loads(body)
+        except Refused as refused:
+            return None, _errors(refused.errors)
         if not isinstance(raw, dict):
             return None, _errors({"payload": ["expected a JSON object"]})
         serializer = self.serializer_class(data=raw)
@@ -164,9 +167,9 @@ class JoinView(AgentView):
     def post(self, request: Request) -> Response:
         body = request._request.body
         try:
-            raw = json.loads(body or b"null")
-        except ValueError as exc:
-            return _errors({"payload": [f"not JSON: {exc}"]})
+            raw = loads(body)
+        except Refused as refused:
+            return _errors(refused.errors)
         serializer = s.JoinSerializer(data=raw if isinstance(raw, dict) else {})
         if not serializer.is_valid():
             return _errors(s.flatten_errors(serializer.errors))
