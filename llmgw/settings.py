@@ -73,6 +73,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, so it sees the views' exceptions first: an unreachable database
+    # is a 503 with Retry-After, not a 500.
+    "llmgw.outage.DatabaseOutageMiddleware",
 ]
 
 ROOT_URLCONF = "llmgw.urls"
@@ -106,7 +109,12 @@ if DATABASE_URL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # none left. The pool bounds a process's connections and reuses them.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {
-        "pool": {"min_size": 1, "max_size": DATABASE_POOL_MAX, "timeout": 10},
+        "pool": {
+            "min_size": 1,
+            "max_size": DATABASE_POOL_MAX,
+            # How long a request waits for a connection before its 503.
+            "timeout": env.integer("LLMGW_DB_POOL_TIMEOUT_S", 10, minimum=1),
+        },
         "connect_timeout": 5,
     }
 elif DATABASE_URL:
