@@ -258,3 +258,14 @@ class AgentCommand(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}@{self.node.name}#{self.pk}"
+
+
+class StalenessPass(models.Model):
+    """When the staleness check last ran, and when it last resumed after a
+    gap (one row). A control plane that could not hear anyone (its
+    database down) must not take the silence for the fleet's: a node is
+    stale only once it has been silent for the grace while the control
+    plane was listening."""
+
+    last_pass_at = models.DateTimeField()
+    resumed_at = models.DateTimeField(null=True, blank=True)

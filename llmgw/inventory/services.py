@@ -19,7 +19,7 @@ from llmgw.console import events as console_events
 from llmgw.fabrics import services as fabric_services
 from llmgw.inventory import commands, credentials, gpus
 from llmgw.inventory.choices import NodeState
-from llmgw.inventory.models import AuditEvent, Filesystem, ModelHolding, Node
+from llmgw.inventory.models import AuditEvent, Filesystem, ModelHolding, Node, StalenessPass
 from llmgw.serving import desired as desired_state
 from llmgw.serving import reports as shard_reports
 
@@ -483,19 +483,53 @@ def effective_state(node: Node, now: datetime | None = None) -> str:
     return NodeState.READY if is_ready(node, now) else NodeState.NOT_READY
 
 
+# A staleness pass runs every 5 s; one that finds the last pass this much
+# older knows the control plane itself was out (its database, its worker).
+STALENESS_GAP_S = 20.0
+
+
+@transaction.atomic
+def _listening_since(now: datetime) -> datetime | None:
+    """When the control plane last began to hear the fleet again after a
+    gap in its own staleness passes; None when it never stopped."""
+    row = StalenessPass.objects.select_for_update().filter(pk=1).first()
+    if row is None:
+        StalenessPass.objects.create(pk=1, last_pass_at=now)
+        return None
+    if (now - row.last_pass_at).total_seconds() > STALENESS_GAP_S:
+        log.warning(
+            "staleness: no pass since %s; the control plane was out, so every node "
+            "gets its full grace from now",
+            row.last_pass_at.isoformat(timespec="seconds"),
+        )
+        row.resumed_at = now
+    row.last_pass_at = max(row.last_pass_at, now)
+    row.save(update_fields=["last_pass_at", "resumed_at"])
+    return row.resumed_at
+
+
 def mark_missed_heartbeats(now: datetime | None = None) -> list[str]:
-    """Persist NotReady for nodes that went silent; returns their names."""
+    """Persist NotReady for nodes that went silent; returns their names.
+
+    Silence is counted from when the control plane could hear: after an
+    outage of its own (PostgreSQL down, so heartbeats were refused and this
+    check could not run) every node was marked NotReady within seconds of
+    the database's return, before its agent's next retry."""
     now = now or timezone.now()
     missed = settings.MISSED_HEARTBEATS_NOT_READY
     changed: list[str] = []
+    resumed = _listening_since(now)
     intervals = Node.objects.filter(state=NodeState.READY).values_list(
         "heartbeat_interval_s", flat=True
     )
     for interval in set(intervals):
+        deadline = now - timedelta(seconds=interval * missed)
+        if resumed is not None and resumed > deadline:
+            continue  # not yet a full grace of listening since the outage
         stale = Node.objects.filter(
             state=NodeState.READY,
             heartbeat_interval_s=interval,
-            last_heartbeat_at__lt=now - timedelta(seconds=interval * missed),
+            last_heartbeat_at__lt=deadline,
         )
         names = list(stale.values_list("name", flat=True))
         if names and stale.filter(name__in=names).update(state=NodeState.NOT_READY):
