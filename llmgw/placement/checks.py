@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from llmgw.units import format_bytes_pair
 
-from .types import READY, NodeView, Profile, Reason, in_use
+from .types import RACK, READY, NodeView, Profile, Reason, in_use
 
 Refusal = tuple[Reason, str]
 
@@ -109,6 +109,50 @@ class NodeState:
         if not self.islands:
             return len(free)
         return max(sum(1 for i in free if i in island) for island in self.islands)
+
+
+class Replicas:
+    """Each model's replicas per node and per rack, for one copy of the fleet.
+
+    Kept here rather than on each node: a node's state is walked whole to
+    explain every refusal, and a larger one costs every explanation more.
+    """
+
+    __slots__ = ("on_node", "in_rack")
+
+    def __init__(self) -> None:
+        # Model -> node ordinal -> its replicas there; a node with none is absent.
+        self.on_node: dict[str, dict[int, int]] = {}
+        # Model -> rack -> its replicas there.
+        self.in_rack: dict[str, dict[str, int]] = {}
+
+    def of(self, n: NodeState, model: str) -> tuple[int, int]:
+        """The model's replicas on the node, then in its rack: fewer first.
+
+        A node that names no rack counts as a rack of its own, so a fleet
+        without rack labels spreads over nodes alone.
+        """
+        nodes = self.on_node.get(model)
+        mine = nodes.get(n.ordinal, 0) if nodes else 0
+        rack = n.view.labels.get(RACK)
+        if rack is None:
+            return mine, mine
+        racks = self.in_rack.get(model)
+        return mine, racks.get(rack, 0) if racks else 0
+
+    def add(self, model: str, n: NodeState, count: int = 1) -> None:
+        nodes = self.on_node.setdefault(model, {})
+        nodes[n.ordinal] = nodes.get(n.ordinal, 0) + count
+        rack = n.view.labels.get(RACK)
+        if rack is not None:
+            racks = self.in_rack.setdefault(model, {})
+            racks[rack] = racks.get(rack, 0) + count
+
+    def copy(self) -> Replicas:
+        other = Replicas()
+        other.on_node = {m: dict(c) for m, c in self.on_node.items()}
+        other.in_rack = {m: dict(c) for m, c in self.in_rack.items()}
+        return other
 
 
 def static_refusal(n: NodeState, p: Profile) -> Refusal | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .checks import NodeState, Refusal, fabric_adapters, plural
+from .checks import NodeState, Refusal, Replicas, fabric_adapters, plural
 from .types import Profile, Reason
 
 Candidate = tuple[NodeState, tuple[int, ...]]
@@ -31,34 +31,34 @@ class MultiPlan:
     chosen: list[Candidate]
 
 
-def _fabric_key(n: NodeState, fabric: str, model: str, cls: str | None) -> tuple[int, ...]:
-    # Short-trained cables last, then weights already there, then the emptiest
-    # machines: a multi-node replica is the least movable thing in the cluster.
+def _key(
+    n: NodeState, fabric: str | None, model: str, cls: str | None, replicas: Replicas
+) -> tuple[int, ...]:
+    # Fewest of the model's replicas on the node and in its rack, as for one
+    # node; then short-trained cables last, weights already there, and the
+    # emptiest machines: a multi-node replica is the least movable thing in
+    # the cluster.
     return (
-        fabric in n.view.degraded_fabrics,
+        *replicas.of(n, model),
+        fabric is not None and fabric in n.view.degraded_fabrics,
         model not in n.view.holds_weights,
         -n.free_count(cls),
         n.ordinal,
     )
 
 
-def _domain_key(n: NodeState, model: str, cls: str | None) -> tuple[int, ...]:
-    return (model not in n.view.holds_weights, -n.free_count(cls), n.ordinal)
-
-
-def _degraded(sel: list[Candidate], fabric: str) -> int:
-    return sum(fabric in c[0].view.degraded_fabrics for c in sel)
-
-
-def _score(keys: list[tuple[int, ...]]) -> tuple[object, ...]:
-    # Whole-set comparison: fewest nodes without the weights, then the most
-    # free GPUs in all, then node order. (Comparing the sorted keys one by one
-    # would let one good node carry a set of poor ones.)
-    return (sum(k[0] for k in keys), sum(k[1] for k in keys), tuple(sorted(k[2] for k in keys)))
+def _rank(keys: list[tuple[int, ...]], kind: int, leaf: int, label: str) -> tuple[object, ...]:
+    # Whole-set comparison: fewest replicas of the model already on the
+    # nodes, then in their racks; a multi-node NVLink domain before a fabric,
+    # one leaf, fewest short cables, fewest nodes without the weights, the
+    # most free GPUs in all, then node order. (Comparing the sorted keys one
+    # by one would let one good node carry a set of poor ones.)
+    sums = tuple(sum(k[i] for k in keys) for i in range(5))
+    return (*sums[:2], kind, leaf, *sums[2:], tuple(sorted(k[5] for k in keys)), label)
 
 
 def _options(
-    cands: list[Candidate], p: Profile, model: str
+    cands: list[Candidate], p: Profile, model: str, replicas: Replicas
 ) -> tuple[list[tuple[tuple[object, ...], str, list[Candidate]]], dict[str, int]]:
     """Every way to form the replica inside one group, and each group's size."""
     k = p.nodes_per_replica
@@ -75,15 +75,10 @@ def _options(
             label = NVLINK_PREFIX + dom
             sizes[label] = len(members)
             if len(members) >= k:
-                members.sort(key=lambda c: _domain_key(c[0], model, cls))
+                members.sort(key=lambda c: _key(c[0], None, model, cls, replicas))
                 sel = members[:k]
-                options.append(
-                    (
-                        (0, 0, 0, *_score([_domain_key(c[0], model, cls) for c in sel]), label),
-                        label,
-                        sel,
-                    )
-                )
+                keys = [_key(c[0], None, model, cls, replicas) for c in sel]
+                options.append((_rank(keys, 0, 0, label), label, sel))
         names = sorted({f for c in cands for f, a in c[0].view.fabrics.items() if a})
     else:
         # A declared name is divided by physical fabric: "ib-a@0x..." keys
@@ -101,7 +96,7 @@ def _options(
         sizes[f] = len(members)
         if len(members) < k:
             continue
-        members.sort(key=lambda c: _fabric_key(c[0], f, model, cls))
+        members.sort(key=lambda c: _key(c[0], f, model, cls, replicas))
         # Nodes under one leaf switch together when they can.
         leaves: dict[str, list[Candidate]] = {}
         for c in members:
@@ -111,26 +106,28 @@ def _options(
         for leaf_members in leaves.values():
             if len(leaf_members) >= k:
                 sel = leaf_members[:k]
-                keys = [_fabric_key(c[0], f, model, cls)[1:] for c in sel]
-                options.append(((1, 0, _degraded(sel, f), *_score(keys), f), f, sel))
+                keys = [_key(c[0], f, model, cls, replicas) for c in sel]
+                options.append((_rank(keys, 1, 0, f), f, sel))
         sel = members[:k]
-        keys = [_fabric_key(c[0], f, model, cls)[1:] for c in sel]
-        options.append(((1, 1, _degraded(sel, f), *_score(keys), f), f, sel))
+        keys = [_key(c[0], f, model, cls, replicas) for c in sel]
+        options.append((_rank(keys, 1, 1, f), f, sel))
     return options, sizes
 
 
-def plan(cands: list[Candidate], p: Profile, model: str) -> MultiPlan | None:
-    options, _ = _options(cands, p, model)
+def plan(cands: list[Candidate], p: Profile, model: str, replicas: Replicas) -> MultiPlan | None:
+    options, _ = _options(cands, p, model, replicas)
     if not options:
         return None
     _, label, sel = min(options, key=lambda o: o[0])
     return MultiPlan(label, sel)
 
 
-def unchosen(cands: list[Candidate], p: Profile, model: str) -> dict[int, Refusal]:
+def unchosen(
+    cands: list[Candidate], p: Profile, model: str, replicas: Replicas
+) -> dict[int, Refusal]:
     """Why each node that fits a shard is not in the replica (by ordinal)."""
     k = p.nodes_per_replica
-    options, sizes = _options(cands, p, model)
+    options, sizes = _options(cands, p, model, replicas)
     best = min(options, key=lambda o: o[0]) if options else None
     taken = {c[0].ordinal for c in best[2]} if best else set()
     out: dict[int, Refusal] = {}
@@ -171,10 +168,12 @@ def unchosen(cands: list[Candidate], p: Profile, model: str) -> dict[int, Refusa
             leaves = {c[0].view.fabric_leaves.get(best[1]) for c in best[2]}
             leaf = leaves.pop() if len(leaves) == 1 else None
             under = f" under leaf {leaf}" if leaf is not None else ""
+            mine = replicas.of(n, model)[0]
+            holds = f" and holds {plural(mine, 'replica')} of this model already" if mine else ""
             out[n.ordinal] = (
                 Reason.NOT_PREFERRED,
-                f"{v.name} fits with {n.free_count(p.gpu_class)} free GPUs, but {best[1]} "
-                f"took {names}{under} (one group, one leaf, short cables last, weights and "
-                f"emptiest first: {least}+ free)",
+                f"{v.name} fits with {n.free_count(p.gpu_class)} free GPUs{holds}, but {best[1]} "
+                f"took {names}{under} (fewest replicas of the model, one group, one leaf, short "
+                f"cables last, weights and emptiest first: {least}+ free)",
             )
     return out

@@ -7,12 +7,17 @@ a few bucket lookups instead of a pass over every node; `apply` updates the
 copy, which is how headroom dry-runs the scheduler.
 
 Preference order, all among nodes that satisfy every rule:
+- the fewest replicas of the model already on the node, then in its rack
+  (label llmgw.io/rack), so one node or rack going down does not take every
+  replica with it; a preference, never a filter: a model with more replicas
+  than nodes still places them all;
 - weights already on the node first (a preference, never a filter: fetching
   them is a valid answer, refusing to place is not);
 - a single-node GPU shard best-fits the fewest free GPUs of its class, so
   partly used nodes fill first and whole nodes stay free for models that
   cannot be split; a CPU shard prefers nodes without GPUs, then used ones;
-- a multi-node replica takes the emptiest machines (see multinode.py);
+- a multi-node replica takes the emptiest machines (see multinode.py, which
+  ranks its own preferences after the same spread);
 - then the order the nodes were given in.
 """
 
@@ -25,8 +30,17 @@ from dataclasses import replace
 from functools import partial
 
 from . import multinode
-from .checks import NodeState, dynamic_refusal, fabric_adapters, pick_gpus, static_refusal
+from .checks import (
+    NodeState,
+    Replicas,
+    dynamic_refusal,
+    fabric_adapters,
+    pick_gpus,
+    plural,
+    static_refusal,
+)
 from .types import (
+    RACK,
     Decision,
     Explanation,
     NodeView,
@@ -59,36 +73,65 @@ class _Grid:
     Best fit walks the first upwards and skips nodes whose islands are too
     broken up for the tensor-parallel group, which on a half-full fleet would
     otherwise be most of it. Each cell is sorted, so ties go in node order.
+    Each row keeps a count of its nodes and empty rows on top are dropped, so
+    a walk passes what is empty without looking in it: most of one model's
+    tiers (see _Spread) hold no node with many GPUs free.
     """
 
-    __slots__ = ("cells",)
+    __slots__ = ("cells", "sizes")
 
     def __init__(self) -> None:
         self.cells: list[list[list[int]]] = []
+        self.sizes: list[int] = []
 
     def copy(self) -> _Grid:
         other = _Grid()
         other.cells = [[list(cell) for cell in row] for row in self.cells]
+        other.sizes = list(self.sizes)
         return other
 
     def cell(self, count: int, island: int) -> list[int]:
         while len(self.cells) <= count:
             self.cells.append([])
+            self.sizes.append(0)
         row = self.cells[count]
         while len(row) <= island:
             row.append([])
         return row[island]
 
     def move(self, ordinal: int, old: tuple[int, int], new: tuple[int, int]) -> None:
-        cell = self.cells[old[0]][old[1]]
+        self.remove(ordinal, old)
+        self.add(ordinal, new)
+
+    def remove(self, ordinal: int, shape: tuple[int, int]) -> None:
+        cell = self.cells[shape[0]][shape[1]]
         del cell[bisect_left(cell, ordinal)]
-        insort(self.cell(*new), ordinal)
+        sizes = self.sizes
+        sizes[shape[0]] -= 1
+        # No empty rows on top: a walk for more GPUs than any node has free
+        # ends before it starts.
+        while sizes and not sizes[-1]:
+            sizes.pop()
+            self.cells.pop()
+
+    def add(self, ordinal: int, shape: tuple[int, int]) -> None:
+        count, island = shape
+        try:
+            cell = self.cells[count][island]
+        except IndexError:
+            cell = self.cell(count, island)
+        insort(cell, ordinal)
+        self.sizes[count] += 1
 
     def best_fit(
         self, nodes: list[NodeState], p: Profile, mem: int
     ) -> tuple[NodeState, tuple[int, ...]] | None:
         group = min(p.tensor_parallel, p.gpus_per_shard)
-        for row in self.cells[p.gpus_per_shard :]:
+        sizes = self.sizes
+        for count in range(p.gpus_per_shard, len(sizes)):
+            if not sizes[count]:
+                continue
+            row = self.cells[count]
             # The first fit in node order among this count's island cells.
             found: tuple[NodeState, tuple[int, ...]] | None = None
             for cell in row[group:]:
@@ -105,16 +148,86 @@ class _Grid:
         return None
 
 
+# (replicas of the model on the node, in its rack, the node lacks its weights)
+Tier = tuple[int, int, bool]
+BASE: Tier = (0, 0, True)
+
+
+def _tier(replicas: Replicas, n: NodeState, model: str) -> Tier:
+    mine, rack = replicas.of(n, model)
+    return mine, rack, model not in n.view.holds_weights
+
+
+class _Spread:
+    """One model's eligible nodes by tier, a grid each, tried lowest first.
+
+    Built for a model once it runs somewhere: best fit within a tier, and
+    never a node with more of its replicas while one with fewer fits. Most
+    of the fleet is in the base tier (none of the model's replicas on the
+    node or in its rack, nor its weights): a copy of the profile's grid less
+    the few nodes that are not.
+    """
+
+    __slots__ = ("tiers", "order")
+
+    def __init__(self) -> None:
+        self.tiers: dict[Tier, _Grid] = {}
+        # The tiers that hold a node, lowest first.
+        self.order: list[Tier] = []
+
+    def copy(self) -> _Spread:
+        other = _Spread()
+        other.tiers = {t: g.copy() for t, g in self.tiers.items()}
+        other.order = list(self.order)
+        return other
+
+    def add(self, tier: Tier, ordinal: int, shape: tuple[int, int]) -> None:
+        grid = self.tiers.get(tier)
+        if grid is None:
+            grid = self.tiers[tier] = _Grid()
+            insort(self.order, tier)
+        grid.add(ordinal, shape)
+
+    def remove(self, tier: Tier, ordinal: int, shape: tuple[int, int]) -> None:
+        grid = self.tiers[tier]
+        grid.remove(ordinal, shape)
+        # Its rows are trimmed as they empty: none left is no node left.
+        if not grid.sizes:
+            del self.tiers[tier]
+            self.order.remove(tier)
+
+    def refile(
+        self, ordinal: int, tier: Tier, shape: tuple[int, int], now: Tier, to: tuple[int, int]
+    ) -> None:
+        if (tier, shape) != (now, to):
+            self.remove(tier, ordinal, shape)
+            self.add(now, ordinal, to)
+
+    def best_fit(
+        self, nodes: list[NodeState], p: Profile, mem: int
+    ) -> tuple[NodeState, tuple[int, ...]] | None:
+        gps = p.gpus_per_shard
+        for tier in self.order:
+            grid = self.tiers[tier]
+            # Past the first few, a tier's nodes mostly have too few GPUs free.
+            if len(grid.sizes) > gps:
+                found = grid.best_fit(nodes, p, mem)
+                if found is not None:
+                    return found
+        return None
+
+
 class _Eligible:
     """The nodes one kind of profile may use at all, and their grids.
 
     Kept per profile kind rather than once for the fleet, so a profile that
-    only a tenth of the fleet may take scans that tenth, not the rest; and a
+    only a tenth of the fleet may take scans that tenth, not the rest; a
     grid per model of the nodes holding its weights, so preferring them does
-    not mean visiting every one of them on every decision.
+    not mean visiting every one of them on every decision; and, once a model
+    runs somewhere, its nodes by tier, so spreading it does not either.
     """
 
-    __slots__ = ("gpu_class", "ok", "ordered", "grid", "holders")
+    __slots__ = ("gpu_class", "ok", "ordered", "grid", "holders", "spread")
 
     def __init__(self, gpu_class: str | None, ok: list[NodeState]) -> None:
         self.gpu_class = gpu_class
@@ -122,12 +235,14 @@ class _Eligible:
         self.ordered = [n.ordinal for n in ok]
         self.grid = self._grid(ok)
         self.holders: dict[str, _Grid] = {}
+        self.spread: dict[str, _Spread] = {}
 
     def _grid(self, nodes: list[NodeState]) -> _Grid:
         grid = _Grid()
         if self.gpu_class is not None:
             for n in nodes:
                 grid.cell(*n.gpu_shape(self.gpu_class)).append(n.ordinal)
+            grid.sizes = [sum(map(len, row)) for row in grid.cells]
         return grid
 
     def holder_grid(self, model: str, holders: list[NodeState]) -> _Grid:
@@ -136,11 +251,29 @@ class _Eligible:
             grid = self.holders[model] = self._grid([n for n in holders if n.ordinal in self.ok])
         return grid
 
+    def spread_grid(
+        self, model: str, nodes: list[NodeState], near: set[int], replicas: Replicas
+    ) -> _Spread:
+        assert self.gpu_class is not None
+        spread = self.spread[model] = _Spread()
+        base = self.grid.copy()
+        if base.sizes:
+            spread.tiers[BASE], spread.order = base, [BASE]
+        for o in near & self.ok:
+            n = nodes[o]
+            tier = _tier(replicas, n, model)
+            if tier != BASE:
+                shape = n.gpu_shape(self.gpu_class)
+                spread.remove(BASE, o, shape)
+                spread.add(tier, o, shape)
+        return spread
+
     def copy(self) -> _Eligible:
         other = _Eligible.__new__(_Eligible)
         other.gpu_class, other.ok, other.ordered = self.gpu_class, self.ok, self.ordered
         other.grid = self.grid.copy()
         other.holders = {m: g.copy() for m, g in self.holders.items()}
+        other.spread = {m: s.copy() for m, s in self.spread.items()}
         return other
 
 
@@ -165,9 +298,18 @@ class Inventory:
                 raise ValueError(f"node {n.view.name} appears twice")
             self._by_name[n.view.name] = n
         self._holders: dict[str, list[int]] = {}
+        self._replicas = Replicas()
+        # Rack -> its nodes.
+        self._racks: dict[str, list[int]] = {}
         for n in self._nodes:
             for model in n.view.holds_weights:
                 self._holders.setdefault(model, []).append(n.ordinal)
+            for model, count in n.view.models.items():
+                if count:
+                    self._replicas.add(model, n, count)
+            rack = n.view.labels.get(RACK)
+            if rack is not None:
+                self._racks.setdefault(rack, []).append(n.ordinal)
         # Built on first use of each kind of profile, then kept up to date.
         self._eligible_by_key: dict[_StaticKey, _Eligible] = {}
         self._pending: weakref.WeakSet[Explanation] = weakref.WeakSet()
@@ -186,9 +328,15 @@ class Inventory:
         """One node's state as this copy has it, decisions applied."""
         return self._by_name[name]
 
+    def spread(self, name: str, model: str) -> tuple[int, int]:
+        """The model's replicas on the node and in its rack, as this copy
+        counts them, decisions applied."""
+        return self._replicas.of(self._by_name[name], model)
+
     def copy(self) -> Inventory:
         other = Inventory.__new__(Inventory)
         other._nodes = []
+        other._replicas = self._replicas.copy()
         for n in self._nodes:
             m = NodeState.__new__(NodeState)
             for slot in NodeState.__slots__:
@@ -197,6 +345,7 @@ class Inventory:
             other._nodes.append(m)
         other._by_name = {n.view.name: n for n in other._nodes}
         other._holders = self._holders
+        other._racks = self._racks
         other._eligible_by_key = {k: e.copy() for k, e in self._eligible_by_key.items()}
         other._pending = weakref.WeakSet()
         return other
@@ -231,6 +380,11 @@ class Inventory:
     def _pick_gpu(self, model: str, p: Profile) -> tuple[NodeState, tuple[int, ...]] | None:
         eligible = self._eligible(p)
         mem = p.memory_bytes
+        if model in self._replicas.on_node:
+            spread = eligible.spread.get(model)
+            if spread is None:
+                spread = eligible.spread_grid(model, self._nodes, self._near(model), self._replicas)
+            return spread.best_fit(self._nodes, p, mem)
         holders = self._holders.get(model)
         if holders:
             grid = eligible.holders.get(model)
@@ -241,25 +395,39 @@ class Inventory:
                 return found
         return eligible.grid.best_fit(self._nodes, p, mem)
 
+    def _near(self, model: str) -> set[int]:
+        """The nodes whose tier for the model is not the base one."""
+        near = set(self._holders.get(model, ()))
+        for o in self._replicas.on_node.get(model, ()):
+            near.add(o)
+            rack = self._nodes[o].view.labels.get(RACK)
+            if rack is not None:
+                near.update(self._racks[rack])
+        return near
+
     def _pick_cpu(self, model: str, p: Profile) -> tuple[NodeState, tuple[int, ...]] | None:
         eligible = self._eligible(p)
         mem = p.memory_bytes
+        hosted = model in self._replicas.on_node
         holders = [o for o in self._holders.get(model, ()) if o in eligible.ok]
-        for pool in (holders, eligible.ordered):
-            best: tuple[tuple[bool, bool], NodeState] | None = None
+        best: tuple[tuple[int, int, bool, bool, bool], NodeState] | None = None
+        # The holders first, then the rest: the best key each pass can reach.
+        for pool, floor in ((holders, (0, 0, False)), (eligible.ordered, (0, 0, True))):
+            if best is not None and best[0][:3] <= floor:
+                break
             for o in pool:
                 n = self._nodes[o]
                 if _fit(n, p, mem) is None:
                     continue
-                # GPU nodes last, keeping their cards reachable; used nodes first.
-                key = (n.has_gpus, not n.used)
+                mine, rack = self._replicas.of(n, model) if hosted else (0, 0)
+                # GPU nodes last, keeping their cards reachable; used nodes
+                # first, once the model's replicas are spread.
+                key = (mine, rack, model not in n.view.holds_weights, n.has_gpus, not n.used)
                 if best is None or key < best[0]:
                     best = (key, n)
-                    if key == (False, False):
+                    if key == (*floor, False, False):
                         break
-            if best is not None:
-                return best[1], ()
-        return None
+        return None if best is None else (best[1], ())
 
     def _candidates(self, p: Profile) -> list[multinode.Candidate]:
         mem = p.memory_bytes
@@ -272,7 +440,7 @@ class Inventory:
         return out
 
     def _decide_multi(self, model: str, p: Profile) -> Decision | None:
-        chosen = multinode.plan(self._candidates(p), p, model)
+        chosen = multinode.plan(self._candidates(p), p, model, self._replicas)
         if chosen is None:
             return None
         return self._decision(model, p, chosen.fabric, chosen.chosen)
@@ -315,30 +483,27 @@ class Inventory:
     def apply(self, decision: Decision) -> None:
         """Record a decision's claims on this copy of the fleet."""
         # Explanations still unread were judged against the state before this.
-        for explanation in list(self._pending):
-            explanation.materialize()
-        self._pending = weakref.WeakSet()
+        # (Most are dropped unread: iterating an empty WeakSet still costs.)
+        if self._pending:
+            for explanation in list(self._pending):
+                explanation.materialize()
+            self._pending = weakref.WeakSet()
+        model = decision.model
         for shard in decision.shards:
             n = self._by_name[shard.node]
-            classes = {g.index: g.gpu_class for g in n.view.gpus}
             before = {cls: n.gpu_shape(cls) for cls in n.free}
             for index in shard.gpu_indices:
-                free = n.free.get(classes.get(index, ""), [])
-                at = bisect_left(free, index)
-                if at == len(free) or free[at] != index:
+                # An index is free in its own class's list or nowhere.
+                for free in n.free.values():
+                    at = bisect_left(free, index)
+                    if at < len(free) and free[at] == index:
+                        del free[at]
+                        break
+                else:
                     raise ValueError(f"{shard.node} GPU {index} is not free")
-                del free[at]
-            for e in self._eligible_by_key.values():
-                cls = e.gpu_class
-                if cls is None or cls not in before or n.ordinal not in e.ok:
-                    continue
-                after = n.gpu_shape(cls)
-                if after != before[cls]:
-                    e.grid.move(n.ordinal, before[cls], after)
-                    for model in n.view.holds_weights:
-                        grid = e.holders.get(model)
-                        if grid is not None:
-                            grid.move(n.ordinal, before[cls], after)
+            after = {
+                cls: n.gpu_shape(cls) if shard.gpu_indices else old for cls, old in before.items()
+            }
             if n.free_mem is not None:
                 n.free_mem -= shard.memory_bytes
             if n.free_cores is not None:
@@ -346,6 +511,45 @@ class Inventory:
             # What in_use says of the views once this shard is among them,
             # whatever it claims.
             n.used = True
+            # One more of the model's replicas on the node and in its rack:
+            # the rack's other nodes move tier for the model too.
+            rack = n.view.labels.get(RACK)
+            others: list[NodeState] = []
+            was_others: list[Tier] = []
+            replicas = self._replicas
+            if rack is not None:
+                others = [self._nodes[o] for o in self._racks[rack] if o != n.ordinal]
+                was_others = [_tier(replicas, m, model) for m in others]
+            was = _tier(replicas, n, model)
+            replicas.add(model, n)
+            now = _tier(replicas, n, model)
+            for e in self._eligible_by_key.values():
+                cls = e.gpu_class
+                if cls is None:
+                    continue
+                mine = e.spread.get(model)
+                # The rack's count went up for its nodes this kind may use,
+                # whether or not it may use this one.
+                if mine is not None and others:
+                    for o, t in zip(others, was_others, strict=True):
+                        if o.ordinal in e.ok:
+                            shape = o.gpu_shape(cls)
+                            mine.refile(o.ordinal, t, shape, _tier(replicas, o, model), shape)
+                if n.ordinal not in e.ok:
+                    continue
+                # A class with no free card before has none after: (0, 0) both.
+                old, new = before.get(cls, (0, 0)), after.get(cls, (0, 0))
+                if new != old:
+                    e.grid.move(n.ordinal, old, new)
+                    for held in n.view.holds_weights:
+                        grid = e.holders.get(held)
+                        if grid is not None:
+                            grid.move(n.ordinal, old, new)
+                for m, spread in e.spread.items():
+                    if m == model:
+                        spread.refile(n.ordinal, was, old, now, new)
+                    elif new != old:
+                        spread.tiers[_tier(replicas, n, m)].move(n.ordinal, old, new)
 
     # -- explaining -------------------------------------------------------
 
@@ -371,7 +575,8 @@ class Inventory:
                 assert gpus is not None
                 cands.append((n, gpus))
         if p.nodes_per_replica > 1:
-            for o, (reason, message) in multinode.unchosen(cands, p, model).items():
+            unchosen = multinode.unchosen(cands, p, model, self._replicas)
+            for o, (reason, message) in unchosen.items():
                 out.append((o, Rejection(self._nodes[o].view.name, reason, message, p.name)))
         else:
             # A single-node profile with any candidate always places.
@@ -388,6 +593,24 @@ class Inventory:
     def _not_preferred(self, model: str, p: Profile, n: NodeState, shard: Shard) -> str:
         name = n.view.name
         winner = self._by_name[shard.node]
+        # Counted before the decision was applied, as everything here is.
+        near, far = self._replicas.of(n, model), self._replicas.of(winner, model)
+        if near[0] > far[0]:
+            return (
+                f"{name} fits, but holds {plural(near[0], 'replica')} of this model already "
+                f"and {winner.view.name} holds {far[0] or 'none'}"
+            )
+        if near[1] > far[1]:
+            other = winner.view.labels.get(RACK)
+            there = (
+                f"{winner.view.name}'s rack {other} holds {far[1] or 'none'}"
+                if other is not None
+                else f"{winner.view.name} names no rack"
+            )
+            return (
+                f"{name} fits, but its rack {n.view.labels.get(RACK)} holds "
+                f"{plural(near[1], 'replica')} of this model already and {there}"
+            )
         if shard.holds_weights and model not in n.view.holds_weights:
             return f"{name} fits, but {winner.view.name} already holds the weights of {model}"
         if p.gpu_class is not None:
@@ -451,7 +674,7 @@ def apply_to_views(nodes: Iterable[NodeView], decision: Decision) -> list[NodeVi
                 gpus=gpus,
                 claimed_memory_bytes=v.claimed_memory_bytes + s.memory_bytes,
                 claimed_cores=v.claimed_cores + s.cpu_cores,
-                shards=v.shards + 1,
+                models={**v.models, decision.model: v.models.get(decision.model, 0) + 1},
             )
         )
     return out

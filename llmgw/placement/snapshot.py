@@ -39,26 +39,38 @@ def profile_view(row: ProfileRow) -> Profile:
     )
 
 
-def claims_by_node() -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+@dataclass
+class Claims:
+    """What each node (by pk) owes its shards, and what it runs."""
+
+    memory: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    cores: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    # Node -> model name -> its shards there.
+    models: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
+
+
+def claims_by_node() -> Claims:
     """Memory and cores each node owes its shards, read from the catalog's
     declared figures (seed 8fd4c1392d): what a profile asked for is not
     something a running process reports, and it survives a restart. And how
-    many shards each runs, since one that claims nothing still uses the node.
+    many shards of each model each runs: one that claims nothing still uses
+    the node, and replicas of one model spread over nodes.
 
     Counted per profile and converted per shard as the scheduler converts
     them, so a fractional memory_gb adds up to the same bytes either way."""
     rows = Shard.objects.values(
-        "node_id", "replica__profile__memory_gb", "replica__profile__cpu_cores"
+        "node_id",
+        "replica__model__name",
+        "replica__profile__memory_gb",
+        "replica__profile__cpu_cores",
     ).annotate(count=Count("pk"))
-    memory: dict[int, int] = defaultdict(int)
-    cores: dict[int, int] = defaultdict(int)
-    shards: dict[int, int] = defaultdict(int)
+    claims = Claims()
     for r in rows:
-        node, count = r["node_id"], r["count"]
-        memory[node] += count * gib_bytes(r["replica__profile__memory_gb"] or 0)
-        cores[node] += count * (r["replica__profile__cpu_cores"] or 0)
-        shards[node] += count
-    return dict(memory), dict(cores), dict(shards)
+        node, count, model = r["node_id"], r["count"], r["replica__model__name"]
+        claims.memory[node] += count * gib_bytes(r["replica__profile__memory_gb"] or 0)
+        claims.cores[node] += count * (r["replica__profile__cpu_cores"] or 0)
+        claims.models[node][model] = claims.models[node].get(model, 0) + count
+    return claims
 
 
 def nvlink_islands(topology: dict | None, uuids: dict[str, int]) -> tuple[frozenset[int], ...]:
@@ -255,7 +267,7 @@ def map_view(
 
 def node_views() -> list[NodeView]:
     now = timezone.now()
-    memory, cores, shards = claims_by_node()
+    claims = claims_by_node()
     claimed = defaultdict(set)
     for node_id, index in GpuClaim.objects.values_list("node_id", "index"):
         claimed[node_id].add(index)
@@ -302,9 +314,9 @@ def node_views() -> list[NodeView]:
                 labels=n.labels,
                 cpus=n.cpus,
                 memory_total_bytes=n.memory_total_bytes,
-                claimed_memory_bytes=memory.get(n.pk, 0),
-                claimed_cores=cores.get(n.pk, 0),
-                shards=shards.get(n.pk, 0),
+                claimed_memory_bytes=claims.memory.get(n.pk, 0),
+                claimed_cores=claims.cores.get(n.pk, 0),
+                models=claims.models.get(n.pk, {}),
                 gpus=tuple(sorted(gpus[n.pk], key=lambda g: g.index)),
                 fabrics=fabrics,
                 fabric_problems=fabric_problems,

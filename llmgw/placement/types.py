@@ -22,6 +22,8 @@ from enum import StrEnum
 from llmgw.units import GiB
 
 READY = "Ready"
+# The node label naming its rack: replicas of one model spread over racks too.
+RACK = "llmgw.io/rack"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +51,10 @@ class NodeView:
     # What the node's existing allocations declared, not what they measure.
     claimed_memory_bytes: int = 0
     claimed_cores: int = 0
-    # Shards the node already runs, whatever they claim: see in_use.
-    shards: int = 0
+    # Model name -> the shards of it the node already runs, whatever they
+    # claim (see in_use). One per replica, as a replica's shards are on
+    # different nodes: replicas of one model spread by it.
+    models: Mapping[str, int] = field(default_factory=dict)
     gpus: tuple[GpuView, ...] = ()
     # Declared fabric name -> this node's adapters on it (mlx5_0, ...).
     fabrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -77,6 +81,11 @@ class NodeView:
     fabric_leaves: Mapping[str, str] = field(default_factory=dict)
     # Fabrics on which a cable of this node trained below its kind's rate.
     degraded_fabrics: frozenset[str] = frozenset()
+
+    @property
+    def shards(self) -> int:
+        """Shards the node already runs, of every model."""
+        return sum(self.models.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +144,7 @@ def in_use(v: NodeView) -> bool:
     from shards; a view that has them but no count is in use all the same.
     """
     return (
-        v.shards > 0
+        any(v.models.values())
         or v.claimed_memory_bytes > 0
         or v.claimed_cores > 0
         or any(g.allocated for g in v.gpus)

@@ -7,6 +7,7 @@ views), and checks every placement against the views as they stood.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
@@ -14,12 +15,17 @@ from hypothesis import strategies as st
 
 from llmgw.placement.checks import NodeState, pick_gpus, shard_refusal
 from llmgw.placement.scheduler import Inventory, apply_to_views, place
-from llmgw.placement.types import READY, GpuView, NodeView, Placement, Profile, Reason
+from llmgw.placement.types import RACK, READY, GpuView, NodeView, Placement, Profile, Reason
 from llmgw.units import GiB
 
 CLASSES = ["H100", "A100"]
 FABRICS = ["ib-a", "ib-b"]
 MODEL = "m"
+RACKS = [None, "r1", "r2"]
+
+
+def rack_labels(rack: str | None) -> dict[str, str]:
+    return {} if rack is None else {RACK: rack}
 
 
 @st.composite
@@ -50,18 +56,25 @@ def node_views(draw: st.DrawFn, name: str) -> NodeView:
     }
     memory = draw(st.one_of(st.none(), st.integers(0, 64).map(lambda g: g * GiB)))
     cpus = draw(st.one_of(st.none(), st.integers(0, 32)))
+    # Shards already there (some of which may claim nothing at all), of the
+    # model placed and of another.
+    models = draw(
+        st.sampled_from([{}, {}, {MODEL: 1}, {MODEL: 2}, {"other": 1}, {"other": 2, MODEL: 1}])
+    )
     return NodeView(
         name=name,
         state=draw(st.sampled_from([READY, READY, READY, "NotReady"])),
         cordoned=draw(st.integers(0, 5)) == 0,
         cordon_reason="maintenance",
-        labels=draw(st.sampled_from([{}, {"pool": "a"}, {"pool": "b"}])),
+        labels={
+            **draw(st.sampled_from([{}, {"pool": "a"}, {"pool": "b"}])),
+            **rack_labels(draw(st.sampled_from(RACKS))),
+        },
         cpus=cpus,
         memory_total_bytes=memory,
         claimed_memory_bytes=draw(st.integers(0, 32)) * GiB if memory else 0,
         claimed_cores=draw(st.integers(0, 16)) if cpus else 0,
-        # Shards already there, some of which may claim nothing at all.
-        shards=draw(st.integers(0, 2)),
+        models=models,
         gpus=gpus,
         fabrics=fabrics,
         nvlink_islands=islands,
@@ -208,15 +221,22 @@ def test_multi_node_replicas_keep_the_hard_constraints(
 
 def reference_pick(nodes: list[NodeView], p: Profile) -> tuple[str, tuple[int, ...]] | None:
     """The preference order as the module docstring states it, node by node."""
+    in_rack: Counter[str] = Counter()
+    for v in nodes:
+        if RACK in v.labels:
+            in_rack[v.labels[RACK]] += v.models.get(MODEL, 0)
     fits = []
     for ordinal, v in enumerate(nodes):
         n = NodeState(ordinal, v)
         if shard_refusal(n, p) is None:
+            mine = v.models.get(MODEL, 0)
+            # A node that names no rack is a rack of its own.
+            spread = (mine, in_rack[v.labels[RACK]] if RACK in v.labels else mine)
             holder = MODEL not in v.holds_weights
             if p.gpu_class is None:
-                key: tuple[int, ...] = (holder, n.has_gpus, not n.used, ordinal)
+                key: tuple[int, ...] = (*spread, holder, n.has_gpus, not n.used, ordinal)
             else:
-                key = (holder, n.free_count(p.gpu_class), ordinal)
+                key = (*spread, holder, n.free_count(p.gpu_class), ordinal)
             fits.append((key, v.name, pick_gpus(n, p)))
     if not fits:
         return None
@@ -243,17 +263,28 @@ def test_the_index_picks_what_a_full_scan_would(
         nodes = apply_to_views(nodes, d)
 
 
-def free_state(n: NodeState) -> tuple[object, ...]:
+def free_state(inv: Inventory, name: str, models: list[str]) -> tuple[object, ...]:
+    n = inv.node(name)
     # A class whose last free card went keeps an empty list; a fresh look has no entry.
     free = {cls: indices for cls, indices in n.free.items() if indices}
-    return free, n.free_mem, n.free_cores, n.used
+    return free, n.free_mem, n.free_cores, n.used, [inv.spread(name, m) for m in models]
 
 
 @st.composite
 def several_models(draw: st.DrawFn) -> tuple[list[NodeView], dict[str, list[Profile]], list[str]]:
     models = [f"m{j}" for j in range(draw(st.integers(2, 4)))]
     nodes = [
-        replace(v, holds_weights=frozenset(draw(st.lists(st.sampled_from(models), max_size=2))))
+        replace(
+            v,
+            holds_weights=frozenset(draw(st.lists(st.sampled_from(models), max_size=2))),
+            models={
+                **v.models,
+                **{
+                    m: draw(st.integers(1, 2))
+                    for m in draw(st.lists(st.sampled_from(models), max_size=2))
+                },
+            },
+        )
         for v in (draw(node_views(f"n{i}")) for i in range(draw(st.integers(1, 8))))
     ]
     catalog: dict[str, list[Profile]] = {}
@@ -284,4 +315,57 @@ def test_the_incremental_inventory_matches_one_rebuilt_after_every_step(
         nodes = apply_to_views(nodes, result.decision)
         rebuilt = Inventory(nodes)
         for v in nodes:
-            assert free_state(inv.node(v.name)) == free_state(rebuilt.node(v.name)), v.name
+            assert free_state(inv, v.name, list(catalog)) == free_state(
+                rebuilt, v.name, list(catalog)
+            ), v.name
+
+
+@st.composite
+def identical_fitting_nodes(draw: st.DrawFn) -> tuple[list[NodeView], Profile, int]:
+    """n nodes alike but for their racks, each with room for one replica or
+    more, and k <= n replicas to place."""
+    p = replace(draw(profiles("p")), nodes_per_replica=1, node_selector={}, min_memory_gb=0)
+    room = draw(st.integers(1, 3))
+    cards = p.gpus_per_shard * room + draw(st.integers(0, 2))
+    memory = draw(st.one_of(st.none(), st.just(p.memory_bytes * room + GiB)))
+    cpus = draw(st.one_of(st.none(), st.just(p.cpu_cores * room + 1)))
+    used = draw(st.integers(0, 2))
+    weights = draw(st.sampled_from([frozenset(), frozenset({MODEL})]))
+    count = draw(st.integers(1, 8))
+    nodes = [
+        NodeView(
+            name=f"n{i}",
+            labels=rack_labels(draw(st.sampled_from(RACKS))),
+            cpus=cpus,
+            memory_total_bytes=memory,
+            models={"other": used},
+            gpus=tuple(
+                GpuView(index=g, uuid=f"GPU-n{i}-{g}", gpu_class=p.gpu_class or "H100")
+                for g in range(cards)
+            ),
+            holds_weights=weights,
+        )
+        for i in range(count)
+    ]
+    return nodes, p, draw(st.integers(1, count))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(identical_fitting_nodes())
+def test_k_replicas_on_k_or_more_alike_nodes_never_share_one(
+    case: tuple[list[NodeView], Profile, int],
+) -> None:
+    nodes, p, k = case
+    # On a copy: what it counts must not leak into the inventory it came from.
+    original = Inventory(nodes)
+    inv = original.copy()
+    chosen = []
+    for _ in range(k):
+        d = inv.decide(MODEL, p)
+        assert d is not None
+        assert d == Inventory(nodes).decide(MODEL, p)
+        chosen.append(d.nodes[0])
+        inv.apply(d)
+        nodes = apply_to_views(nodes, d)
+    assert len(set(chosen)) == k, chosen
+    assert all(original.spread(v.name, MODEL) == (0, 0) for v in nodes)

@@ -11,7 +11,7 @@ from llmgw.fabrics.models import PhysicalFabric, Port
 from llmgw.inventory.models import Node
 from llmgw.placement.scheduler import Inventory, apply_to_views, headroom, place
 from llmgw.placement.snapshot import fabric_view
-from llmgw.placement.types import NodeView, Reason
+from llmgw.placement.types import NodeView, Placement, Profile, Reason
 from llmgw.units import GiB
 
 from .helpers import cpu_node, cpu_profile, gpu_node, gpu_profile
@@ -388,6 +388,156 @@ def test_weights_are_preferred_never_required() -> None:
     full = [gpu_node("half", allocated=(0, 1, 2, 3)), gpu_node("has", 1, holds_weights=held)]
     d = place("m", [gpu_profile(gpus=2)], full).decision
     assert d is not None and d.nodes == ("half",)
+
+
+# -- spread: replicas of one model on different nodes, then racks ---------
+
+RACK = "llmgw.io/rack"
+
+
+def racked(rack: str) -> dict[str, str]:
+    return {RACK: rack}
+
+
+def place_in_turn(nodes: list[NodeView], k: int, profile: Profile) -> list[Placement]:
+    inv = Inventory(nodes)
+    out = []
+    for _ in range(k):
+        result = inv.place("m", [profile])
+        assert result.decision is not None, result.explanation.render()
+        inv.apply(result.decision)
+        out.append(result)
+    return out
+
+
+SPREAD_TABLE = [
+    pytest.param(
+        lambda: [gpu_node("a"), gpu_node("b")],
+        gpu_profile(),
+        ["a", "b"],
+        # Best fit alone would put the second on a, which has 7 free to b's 8.
+        {"a": "a fits, but holds 1 replica of this model already and b holds none"},
+        id="two-empty-nodes",
+    ),
+    pytest.param(
+        lambda: [cpu_node("a"), cpu_node("b")],
+        cpu_profile(memory_gb=2, cpu_cores=1),
+        ["a", "b"],
+        # A CPU shard packs onto used nodes, but not onto its own model's.
+        {"a": "a fits, but holds 1 replica of this model already and b holds none"},
+        id="cpu-two-empty-nodes",
+    ),
+    pytest.param(
+        lambda: [gpu_node("a")],
+        gpu_profile(),
+        ["a", "a"],
+        {},
+        id="one-node-takes-both",
+    ),
+    pytest.param(
+        lambda: [gpu_node("a"), gpu_node("b")],
+        gpu_profile(),
+        ["a", "b", "a", "b"],
+        {"a": "a fits, but holds 2 replicas of this model already and b holds 1"},
+        id="more-replicas-than-nodes-all-placed",
+    ),
+    pytest.param(
+        lambda: [
+            gpu_node("a", labels=racked("r1")),
+            gpu_node("b", labels=racked("r1")),
+            gpu_node("c", labels=racked("r2")),
+        ],
+        gpu_profile(),
+        ["a", "c"],
+        {
+            "b": "b fits, but its rack r1 holds 1 replica of this model already "
+            "and c's rack r2 holds none"
+        },
+        id="one-in-each-rack",
+    ),
+    pytest.param(
+        lambda: [
+            gpu_node("a", labels=racked("r1")),
+            gpu_node("b", labels=racked("r1")),
+            gpu_node("c"),
+        ],
+        gpu_profile(),
+        ["a", "c"],
+        # A node that names no rack is counted as a rack of its own.
+        {"b": "b fits, but its rack r1 holds 1 replica of this model already and c names no rack"},
+        id="a-node-without-a-rack",
+    ),
+    pytest.param(
+        # Spread wins over weights: weights on the node save one download,
+        # once; a replica on a node of its own keeps the model serving when
+        # either node goes down, for as long as both run.
+        lambda: [gpu_node("a", holds_weights=frozenset({"m"})), gpu_node("b")],
+        gpu_profile(),
+        ["a", "b"],
+        {"a": "a fits, but holds 1 replica of this model already and b holds none"},
+        id="spread-before-weights",
+    ),
+    pytest.param(
+        # What the snapshot says runs there counts as much as what this copy placed.
+        lambda: [gpu_node("a", allocated=(0,), models={"m": 1}), gpu_node("b")],
+        gpu_profile(),
+        ["b"],
+        {"a": "a fits, but holds 1 replica of this model already and b holds none"},
+        id="replicas-the-views-report",
+    ),
+]
+
+
+@pytest.mark.parametrize(("nodes", "profile", "chosen", "refused"), SPREAD_TABLE)
+def test_replicas_of_one_model_spread_over_nodes_then_racks(
+    nodes: Callable[[], list[NodeView]],
+    profile: Profile,
+    chosen: list[str],
+    refused: dict[str, str],
+) -> None:
+    results = place_in_turn(nodes(), len(chosen), profile)
+    assert [r.decision.nodes[0] for r in results if r.decision] == chosen
+    last = reasons(results[-1])
+    assert {n: last[n] for n in refused} == {
+        n: (Reason.NOT_PREFERRED, message) for n, message in refused.items()
+    }
+
+
+def test_a_rack_counts_replicas_placed_by_any_profile() -> None:
+    # a may take only px, b and c only py; a's replica counts in b's rack.
+    nodes = [
+        gpu_node("a", labels={RACK: "r1", "pool": "x"}),
+        gpu_node("b", labels={RACK: "r1", "pool": "y"}),
+        gpu_node("c", labels={RACK: "r2", "pool": "y"}),
+    ]
+    px = gpu_profile("px", node_selector={"pool": "x"})
+    py = gpu_profile("py", node_selector={"pool": "y"})
+    inv = Inventory(nodes)
+    placed = []
+    for p in (py, py, px, py):
+        d = inv.decide("m", p)
+        assert d is not None
+        inv.apply(d)
+        placed.append(d.nodes[0])
+    # b and c hold one each; r1 holds two (a, b), r2 one (c).
+    assert placed == ["b", "c", "a", "c"]
+
+
+def test_a_multi_node_replica_spreads_before_taking_the_emptiest() -> None:
+    fab = {"ib-a": ("mlx5_0",)}
+    nodes = [
+        gpu_node("big1", 16, fabrics=fab),
+        gpu_node("big2", 16, fabrics=fab),
+        gpu_node("s1", fabrics=fab),
+        gpu_node("s2", fabrics=fab),
+    ]
+    first, second = place_in_turn(nodes, 2, gpu_profile(gpus=4, tp=4, nodes_per_replica=2))
+    assert first.decision is not None and set(first.decision.nodes) == {"big1", "big2"}
+    # big1 and big2 still have the most free GPUs, 12 each.
+    assert second.decision is not None and set(second.decision.nodes) == {"s1", "s2"}
+    assert reasons(second)["big1"][1].startswith(
+        "big1 fits with 12 free GPUs and holds 1 replica of this model already, but ib-a took"
+    )
 
 
 # -- 20479a2d5f and 5bbc619a31: multi-node domains, leaves, cables --------

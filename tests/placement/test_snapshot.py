@@ -66,6 +66,30 @@ def test_a_shard_that_claims_nothing_uses_its_node_in_both(
     assert Shard.objects.get(replica=replica).node.name == "b"
 
 
+def test_a_node_counts_the_replicas_of_each_model_it_runs_in_both(
+    make_node: Any, agent_client: Any
+) -> None:
+    add(make_node, agent_client, "a", {"llmgw.io/rack": "r1"})
+    add(make_node, agent_client, "b", {"llmgw.io/rack": "r1"})
+    catalog.apply_text(CATALOG)
+    inv = Inventory(node_views())
+    placed = []
+    for model in ("anywhere", "anywhere", "tenth"):
+        replica, result = placement.place_replica(model)
+        assert replica is not None and result.decision is not None
+        inv.apply(result.decision)
+        placed.append(result.decision.nodes[0])
+    # The second replica of a model goes where the first is not.
+    assert placed[0] != placed[1]
+    views = {v.name: v for v in node_views()}
+    assert sum(v.models.get("anywhere", 0) for v in views.values()) == 2
+    assert views[placed[2]].models == {"anywhere": 1, "tenth": 1}
+    rebuilt = Inventory(views.values())
+    for name in views:
+        for model in ("anywhere", "tenth", "pinned"):
+            assert inv.spread(name, model) == rebuilt.spread(name, model)
+
+
 def test_fractional_claims_add_up_to_the_same_bytes(make_node: Any, agent_client: Any) -> None:
     add(make_node, agent_client, "a", {})
     catalog.apply_text(CATALOG)

@@ -14,7 +14,7 @@ from llmgw.catalog.models import Model
 from llmgw.cli import ctl
 from llmgw.placement import services as placement
 from llmgw.serving import reconciler
-from llmgw.serving.models import Replica
+from llmgw.serving.models import Replica, Shard
 from tests.payloads import heartbeat, registration
 
 CATALOG = """
@@ -76,6 +76,19 @@ def test_always_running_replicas_go_out_as_desired_shards(node):
     shard = desired["shards"][0]
     assert shard["threads"] == 1 and shard["args"] == ["--ctx-size", "512"] and shard["gpus"] == []
     assert shard["model_path"] is None and shard["source"] == "hf://x/tiny"
+
+
+def test_a_held_model_spreads_its_replicas_over_empty_nodes(make_node, agent_client):
+    # Both in rack r1 (the payload's label): the nodes themselves differ.
+    for name in ("cpu-1", "cpu-2"):
+        _, credential = make_node(name)
+        agent = agent_client(credential)
+        agent.post("register", registration(name))
+        agent.post("heartbeat", heartbeat(name))
+    catalog.apply_text(CATALOG)
+    reconciler.reconcile_all()
+    nodes = Shard.objects.filter(replica__model__name="tiny").values_list("node__name", flat=True)
+    assert sorted(nodes) == ["cpu-1", "cpu-2"]
 
 
 def test_reports_make_replicas_ready_and_the_api_shows_measured_against_reserved(node, api):
