@@ -48,7 +48,6 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     # Swagger UI's own files, served from here: an air-gapped site (the ones
     # `llmgw engine pack` serves) cannot reach a public CDN.
@@ -201,7 +200,7 @@ WHITENOISE_USE_FINDERS = DEBUG
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "llmgw.accounts.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     # The strictest role: a view that names no role of its own is for
@@ -231,6 +230,12 @@ MEASUREMENT_MAX_AGE_S = env.integer("LLMGW_MEASUREMENT_MAX_AGE_S", 60, minimum=1
 # None: the charts say Prometheus is not configured instead of drawing nothing.
 PROMETHEUS_URL = env.url("LLMGW_PROMETHEUS_URL", ("http", "https"))
 JOIN_TOKEN_TTL_S = env.integer("LLMGW_JOIN_TOKEN_TTL_S", 24 * 3600, minimum=60)
+# An API token's life, unless made with another (`create_token --days`).
+API_TOKEN_TTL_DAYS = env.integer("LLMGW_API_TOKEN_TTL_DAYS", 90, minimum=1)
+# Wrong passwords a minute for one username from one address (the token
+# endpoint and both login pages); five times this from one address over all
+# usernames. Then 429 with Retry-After until the minute is out.
+LOGIN_FAILURES_PER_MINUTE = env.integer("LLMGW_LOGIN_FAILURES_PER_MINUTE", 10, minimum=1)
 
 LOGGING = {
     "version": 1,

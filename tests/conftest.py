@@ -63,11 +63,12 @@ def operator(db: Any) -> Any:
 
 @pytest.fixture
 def api(operator: Any) -> Any:
-    from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
 
+    from tests.tokens import make_token
+
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=operator).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {make_token(operator)}")
     return client
 
 

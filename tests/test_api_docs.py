@@ -7,11 +7,12 @@ import re
 from urllib.parse import urljoin, urlsplit
 
 import httpx
-from rest_framework.authtoken.models import Token
+
+from tests.tokens import make_token
 
 
 def test_api_docs_loads_nothing_from_another_host(asgi_server, operator):
-    headers = {"Authorization": f"Token {Token.objects.create(user=operator).key}"}
+    headers = {"Authorization": f"Token {make_token(operator)}"}
     page = httpx.get(asgi_server + "/api/docs/", headers=headers)
     assert page.status_code == 200, page.text
     html = page.text

@@ -1,9 +1,9 @@
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
 from llmgw.accounts import roles
+from llmgw.accounts.authentication import TokenAuthentication
 from llmgw.metrics.collectors import FleetCollector
 from llmgw.metrics.fabrics import FabricCollector
 from llmgw.metrics.gpus import GpuCollector
@@ -19,7 +19,7 @@ _registry.register(GatewayCollector())
 
 
 class _BearerOrToken(TokenAuthentication):
-    # Prometheus sends "Bearer" by default; DRF's token scheme is "Token".
+    # Prometheus sends "Bearer" by default; the API's token scheme is "Token".
     def authenticate(self, request):  # type: ignore[no-untyped-def]
         header = request.META.get("HTTP_AUTHORIZATION", "")
         if header.startswith("Bearer "):

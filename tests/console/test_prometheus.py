@@ -14,11 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 from llmgw_agent.collectors.gpu import collect_gpus
-from rest_framework.authtoken.models import Token
 
 from tests.inventory.test_gpus import A100_PENDING, H100, join_with_gpus
 from tests.inventory.test_wear import beat
 from tests.payloads import heartbeat, registration
+from tests.tokens import make_token
 
 ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
 
@@ -35,7 +35,7 @@ def free_port() -> int:
 def prometheus(live_server, operator, tmp_path):
     binary = shutil.which("prometheus")
     assert binary, "Debian's prometheus is installed by make services"
-    (tmp_path / "token").write_text(Token.objects.create(user=operator).key)
+    (tmp_path / "token").write_text(make_token(operator))
     target = live_server.url.removeprefix("http://")
     (tmp_path / "prometheus.yml").write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from rest_framework.authtoken.models import Token
 
 from llmgw.cli import ctl
 from llmgw.placement.snapshot import node_views
 from tests.fabrics_service.test_physical_fabrics import MASTER, cluster  # noqa: F401
+from tests.tokens import make_token
 
 # The H100 node's InfiniBand adapters; its Ethernet bond is on no fabric.
 IB = ("mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9")
@@ -33,7 +33,7 @@ def test_ctl_fabrics_counts_down_ports_and_their_node(
     dark.beat(seconds=10)
 
     monkeypatch.setenv("LLMGW_URL", live_server.url)
-    monkeypatch.setenv("LLMGW_TOKEN", Token.objects.create(user=operator).key)
+    monkeypatch.setenv("LLMGW_TOKEN", make_token(operator))
     assert ctl.main(["fabrics"]) == 0
     out = capsys.readouterr().out.splitlines()
     header, row = out[0].split(), out[1].split()

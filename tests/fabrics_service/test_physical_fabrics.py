@@ -18,6 +18,7 @@ from llmgw.inventory.models import Node
 from llmgw.placement import services as placement
 from tests.agent.test_sm import SMINFO_IBSIM, SMIR_IBSIM
 from tests.payloads import heartbeat, registration
+from tests.tokens import make_token
 
 FIXTURE = Path(__file__).parents[1] / "agent" / "fixtures" / "sys-ib-h100" / "sys"
 FABRICS = {"ib-a": ("mlx5_0", "mlx5_1")}
@@ -183,8 +184,6 @@ def test_a_node_whose_adapters_for_one_name_sit_on_two_fabrics_is_refused(cluste
 def test_ctl_fabrics_shows_managers_problems_and_changes(
     cluster, live_server, operator, monkeypatch, capsys
 ):
-    from rest_framework.authtoken.models import Token
-
     from llmgw.cli import ctl
 
     tools = Tools()
@@ -194,7 +193,7 @@ def test_ctl_fabrics_shows_managers_problems_and_changes(
     tools.smir = SMIR_IBSIM[SMIR_IBSIM.index("SMInfoRecord dump:", 10) :]
     a.beat()
     monkeypatch.setenv("LLMGW_URL", live_server.url)
-    monkeypatch.setenv("LLMGW_TOKEN", Token.objects.create(user=operator).key)
+    monkeypatch.setenv("LLMGW_TOKEN", make_token(operator))
     assert ctl.main(["fabrics"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == [

@@ -8,16 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from rest_framework.authtoken.models import Token
 
 from llmgw.cli import ctl
 from tests.payloads import heartbeat, registration
+from tests.tokens import make_token
 
 
 @pytest.fixture
 def ctl_env(live_server, operator, monkeypatch, tmp_path):
     monkeypatch.setenv("LLMGW_URL", live_server.url)
-    monkeypatch.setenv("LLMGW_TOKEN", Token.objects.create(user=operator).key)
+    monkeypatch.setenv("LLMGW_TOKEN", make_token(operator))
     monkeypatch.setenv("LLMGW_CONFIG", str(tmp_path / "absent.yaml"))
 
 
@@ -160,7 +160,7 @@ def test_ctl_into_a_closed_pipe_exits_without_a_traceback(asgi_server, operator,
     env = {
         **os.environ,
         "LLMGW_URL": asgi_server,
-        "LLMGW_TOKEN": Token.objects.create(user=operator).key,
+        "LLMGW_TOKEN": make_token(operator),
         "LLMGW_CONFIG": str(tmp_path / "absent.yaml"),
     }
     llmgw = Path(sys.executable).with_name("llmgw")

@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.inventory.models import Node
 from tests.payloads import heartbeat, registration
+from tests.tokens import make_token
 
 
 def scrape(api) -> dict[str, dict[tuple, float]]:
@@ -74,8 +75,6 @@ def test_a_measurement_older_than_a_minute_is_left_out(make_node, agent_client, 
 
 
 def test_prometheus_bearer_token_is_accepted(make_node, operator, client):
-    from rest_framework.authtoken.models import Token
-
-    token = Token.objects.create(user=operator).key
+    token = make_token(operator)
     assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 401

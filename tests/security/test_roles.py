@@ -19,7 +19,6 @@ from asgiref.testing import ApplicationCommunicator
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from drf_spectacular.generators import SchemaGenerator
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from llmgw.accounts import roles
@@ -28,6 +27,7 @@ from llmgw.catalog.models import Model
 from llmgw.inventory.models import Node
 from llmgw.serving import keys
 from llmgw.serving.models import ApiKey
+from tests.tokens import make_token
 
 pytestmark = pytest.mark.django_db
 
@@ -90,7 +90,7 @@ def user_with(role: str) -> User:
 
 
 def token_of(user: User) -> str:
-    return Token.objects.get_or_create(user=user)[0].key
+    return make_token(user)
 
 
 def client_for(user: User | None) -> APIClient:

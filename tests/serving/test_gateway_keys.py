@@ -8,7 +8,6 @@ import time
 import httpx
 import pytest
 from django.contrib.auth.models import User
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from llmgw.accounts import roles
@@ -16,6 +15,7 @@ from llmgw.catalog.models import Model
 from llmgw.cli import ctl
 from llmgw.serving.models import ApiKey
 from tests.serving.gateway_peers import gateway_server  # noqa: F401
+from tests.tokens import make_token
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def test_users_see_their_own_keys_and_admins_see_all(api, models):
     other = User.objects.create_user("other", password="a-long-test-password")
     roles.grant(other, roles.OPERATOR)
     theirs = APIClient()
-    theirs.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=other).key}")
+    theirs.credentials(HTTP_AUTHORIZATION=f"Token {make_token(other)}")
     assert theirs.get("/api/v1/keys").json() == []
     assert theirs.post("/api/v1/keys/mine/revoke").status_code == 404
     # Django's staff flag opens Django admin, not everyone's keys.
@@ -99,7 +99,7 @@ def test_cli_creates_lists_and_revokes_against_a_real_server(
     Model.objects.create(name="tiny", source="hf://x/tiny")
     Model.objects.create(name="big", source="hf://x/big")
     monkeypatch.setenv("LLMGW_URL", asgi_server)
-    monkeypatch.setenv("LLMGW_TOKEN", Token.objects.create(user=operator).key)
+    monkeypatch.setenv("LLMGW_TOKEN", make_token(operator))
 
     assert ctl.main(["keys", "create", "ci", "--models", "tiny,big"]) == 0
     out = capsys.readouterr().out
@@ -142,7 +142,7 @@ def test_a_new_key_is_accepted_at_once_and_a_revoked_one_refused_within_2_s(
     key `keys create` prints works on the very next request."""
     Model.objects.create(name="tiny", source="hf://x/tiny")
     monkeypatch.setenv("LLMGW_URL", asgi_server)
-    monkeypatch.setenv("LLMGW_TOKEN", Token.objects.create(user=operator).key)
+    monkeypatch.setenv("LLMGW_TOKEN", make_token(operator))
     # The gateway loads its table now, before any of these keys exist.
     assert httpx.get(asgi_server + "/v1/models").status_code == 401
 

@@ -7,7 +7,6 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
 from llmgw.catalog import services as catalog
 from llmgw.catalog.models import Model
@@ -16,6 +15,7 @@ from llmgw.placement import services as placement
 from llmgw.serving import reconciler
 from llmgw.serving.models import Replica, Shard
 from tests.payloads import heartbeat, registration
+from tests.tokens import make_token
 
 CATALOG = """
 engines:
@@ -221,7 +221,7 @@ def test_taking_back_releases_what_serves_least_not_ready_then_newest(node, api)
 def test_ctl_place_says_the_replica_is_held(node, live_server, operator, monkeypatch, capsys):
     Model.objects.filter(name="tiny").update(always_running=0, under_load=0)
     monkeypatch.setenv("LLMGW_URL", live_server.url)
-    monkeypatch.setenv("LLMGW_TOKEN", Token.objects.create(user=operator).key)
+    monkeypatch.setenv("LLMGW_TOKEN", make_token(operator))
     assert ctl.main(["place", "tiny"]) == 0
     [replica] = Replica.objects.values_list("pk", flat=True)
     out = capsys.readouterr().out

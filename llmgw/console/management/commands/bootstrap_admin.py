@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import yaml
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
-from rest_framework.authtoken.models import Token
+from django.utils import timezone
 
-from llmgw.accounts import roles
+from llmgw.accounts import roles, tokens
+from llmgw.private import write_private
 
 
 class Command(BaseCommand):
@@ -44,10 +46,26 @@ class Command(BaseCommand):
                 self.stdout.write("  (shown once: change it under Admin > Users)")
         else:
             self.stdout.write(f"admin account {username!r} already exists")
-        token, _ = Token.objects.get_or_create(user=user)
-        cli_config.parent.mkdir(parents=True, exist_ok=True)
-        cli_config.touch(mode=0o600)
-        cli_config.write_text(yaml.safe_dump({"url": url, "token": token.key}))
+        secret = _still_good(cli_config, user)
+        if secret is None:
+            secret = tokens.create_token(user, "bootstrap_admin").secret
+        # A new 0600 file takes the name, whatever mode an older one had.
+        cli_config.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_private(cli_config, yaml.safe_dump({"url": url, "token": secret}))
         self.stdout.write(
             f"llmgw ctl config written to {cli_config} (export LLMGW_CONFIG={cli_config})"
         )
+
+
+def _still_good(cli_config: Path, user: User) -> str | None:
+    """The token `cli_config` holds, if it is this user's and has a week to
+    live: the demo restarting keeps its token (and Prometheus's copy of it)
+    instead of making another each time."""
+    try:
+        secret = str(yaml.safe_load(cli_config.read_text())["token"])
+        token = tokens.authenticate(secret)
+    except (OSError, yaml.YAMLError, TypeError, KeyError, tokens.TokenRefused):
+        return None
+    if token.user_id != user.pk or token.expires_at < timezone.now() + timedelta(days=7):
+        return None
+    return secret

@@ -1,0 +1,38 @@
+"""Make an API token for a user and print it, once: only its digest is kept."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.management.base import BaseCommand, CommandError
+
+from llmgw.accounts import tokens
+
+
+class Command(BaseCommand):
+    help = "Make an API token for USER and print it (shown once)"
+
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument("username")
+        parser.add_argument("--name", default="cli", help="to tell the user's tokens apart")
+        parser.add_argument(
+            "--days",
+            type=int,
+            default=settings.API_TOKEN_TTL_DAYS,
+            help="days until it expires (default: LLMGW_API_TOKEN_TTL_DAYS)",
+        )
+
+    def handle(self, *args, username: str, name: str, days: int, **options) -> None:  # type: ignore[no-untyped-def]
+        user = User.objects.filter(username=username).first()
+        if user is None:
+            raise CommandError(f"no user {username!r}")
+        if not user.is_active:
+            raise CommandError(f"user {username!r} is disabled: its tokens would be refused")
+        if days < 1:
+            raise CommandError("--days: at least 1")
+        created = tokens.create_token(user, name, days)
+        self.stderr.write(
+            f"token {name!r} for {username}, expires {created.token.expires_at:%Y-%m-%d} "
+            "(shown once; store it now):"
+        )
+        self.stdout.write(created.secret)
