@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import close_old_connections, connections
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from llmgw.catalog.models import Model
@@ -39,18 +40,18 @@ class Route:
     engine: str
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    keys: dict[str, KeyScope]
-    # Every model's name, with its creation time (epoch seconds).
-    models: dict[str, int]
-    routes: tuple[Route, ...]
+def _usable() -> QuerySet[ApiKey]:
+    # A key is cut with its owner: a disabled user's keys stop working at
+    # the next load, and work again if the user is enabled again.
+    return ApiKey.objects.filter(revoked_at__isnull=True).filter(
+        Q(owner__isnull=True) | Q(owner__is_active=True)
+    )
 
 
 def load_keys(digests: list[str] | None = None) -> dict[str, KeyScope]:
-    """Every active key by its digest; only those of `digests` when given
+    """Every usable key by its digest; only those of `digests` when given
     (the gateway asking about keys made since its table loaded)."""
-    keys = ApiKey.objects.filter(revoked_at__isnull=True)
+    keys = _usable()
     scopes = ApiKey.allowed_models.through.objects.filter(apikey__all_models=False)
     if digests is not None:
         keys = keys.filter(digest__in=digests)
@@ -69,9 +70,26 @@ def load_keys(digests: list[str] | None = None) -> dict[str, KeyScope]:
     }
 
 
+def look_up(digests: list[str]) -> tuple[dict[str, KeyScope], set[str]]:
+    """The usable keys among `digests`, and those that are merely held: not
+    revoked, but their owner is disabled (which can be undone)."""
+    found = load_keys(digests)
+    absent = [d for d in digests if d not in found]
+    if not absent:
+        return found, set()
+    held = ApiKey.objects.filter(digest__in=absent, revoked_at__isnull=True, owner__is_active=False)
+    return found, set(held.values_list("digest", flat=True))
+
+
+def load_keys_now() -> dict[str, KeyScope]:
+    close_old_connections()
+    return load_keys()
+
+
 def load_routes() -> tuple[dict[str, int], tuple[Route, ...]]:
-    """Every model name (to tell unknown, 404, from not ready, 503) and the
-    ready replicas with the URL of their rank-0 shard, the one that serves."""
+    """Every model name with its creation time in epoch seconds (to tell
+    unknown, 404, from not ready, 503), and the ready replicas with the URL
+    of their rank-0 shard, the one that serves."""
     models = {
         name: int(created.timestamp())
         for name, created in Model.objects.values_list("name", "created_at")
@@ -79,9 +97,7 @@ def load_routes() -> tuple[dict[str, int], tuple[Route, ...]]:
     rows = (
         # A node that stopped reporting is not routed to from the moment it
         # is NotReady, before the reconciler marks its replicas lost.
-        Shard.objects.filter(
-            rank=0, replica__state=ReplicaState.READY, node__state=NodeState.READY
-        )
+        Shard.objects.filter(rank=0, replica__state=ReplicaState.READY, node__state=NodeState.READY)
         .exclude(url="")
         .values_list("replica_id", "replica__model__name", "url", "replica__profile__engine")
     )
@@ -89,10 +105,9 @@ def load_routes() -> tuple[dict[str, int], tuple[Route, ...]]:
     return models, routes
 
 
-def load() -> Snapshot:
+def load_routes_now() -> tuple[dict[str, int], tuple[Route, ...]]:
     close_old_connections()
-    models, routes = load_routes()
-    return Snapshot(load_keys(), models, routes)
+    return load_routes()
 
 
 def touch_keys(ids: Iterable[int], older_than_s: float = 60.0) -> int:
