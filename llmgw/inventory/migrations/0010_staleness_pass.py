@@ -4,18 +4,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inventory', '0009_node_address'),
+        ("inventory", "0009_node_address"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='StalenessPass',
+            name="StalenessPass",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('last_pass_at', models.DateTimeField()),
-                ('resumed_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("last_pass_at", models.DateTimeField()),
+                ("resumed_at", models.DateTimeField(blank=True, null=True)),
             ],
         ),
     ]
