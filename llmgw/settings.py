@@ -64,6 +64,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: an oversized body is answered before anything reads it.
+    "llmgw.middleware.BodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -208,6 +210,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["llmgw.accounts.permissions.IsAdmin"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # JSON only (the console and the CLI send nothing else), read through
+    # llmgw.validation: a clean string, a finite number, 64 levels at most.
+    "DEFAULT_PARSER_CLASSES": ["llmgw.parsers.JSONParser"],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "llmgw API",
@@ -222,6 +227,10 @@ SPECTACULAR_SETTINGS = {
 
 # The agent API: a payload larger than this is refused before it is parsed.
 AGENT_MAX_PAYLOAD_BYTES = env.integer("LLMGW_AGENT_MAX_PAYLOAD_BYTES", 1024 * 1024, minimum=1024)
+# Any other body (llmgw.middleware answers 413 past it): Django's 2.5 MB,
+# or the agent's limit where that is set higher, so the agent's is the one
+# its payloads meet.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(2621440, AGENT_MAX_PAYLOAD_BYTES)
 # A node is NotReady once this many heartbeat intervals have passed silently.
 MISSED_HEARTBEATS_NOT_READY = env.integer("LLMGW_MISSED_HEARTBEATS", 3, minimum=1)
 # A measurement older than this is left out of /metrics rather than repeated.

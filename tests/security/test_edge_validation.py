@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmgw.inventory.models import Gpu
+from llmgw.inventory.models import Gpu, Node
 from tests.payloads import heartbeat, registration
 
 # Over Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) and the agent's 1 MiB.
@@ -325,3 +325,40 @@ def test_100000_nested_brackets_answer_400_on_the_agent_api(joined):
         answer = agent.post(path, body)
         assert answer.status_code == 400, (path, answer.content)
         assert "nested deeper than 64" in json.dumps(answer.json()), path
+
+
+def test_100000_nested_brackets_answer_400_on_the_token_endpoint_and_the_rest_api(client, api):
+    body = '{"username": ' + deep(100_000) + "}"
+    token = client.post("/api/v1/token", body, content_type="application/json")
+    assert token.status_code == 400 and token["Content-Type"] == "application/json"
+    keys = api.post("/api/v1/keys", body, content_type="application/json")
+    assert keys.status_code == 400 and "nested deeper than 64" in keys.content.decode()
+
+
+def test_the_rest_api_refuses_nul_and_surrogates_in_keys_with_the_field_named(
+    joined, api, client, operator
+):
+    for bad in (NUL, SURROGATE):
+        answer = api.post(
+            "/api/v1/nodes/gpu-1/labels",
+            json.dumps({"labels": {bad: "x"}}),
+            content_type="application/json",
+        )
+        assert answer.status_code == 400, answer.content
+        assert "labels" in answer.json()
+    assert Node.objects.get(name="gpu-1").operator_labels in ({}, None)
+    assert set(pages_answer(client, operator).values()) == {200}
+
+
+def test_a_body_over_the_upload_limit_answers_413_in_json(joined, client, api):
+    _, agent = joined
+    padding = "x" * OVERSIZED
+    big = agent.post("heartbeat", json.dumps(heartbeat("gpu-1", warnings=[padding])))
+    assert big.status_code == 413 and big["Content-Type"] == "application/json"
+    assert "payload" in big.json()["errors"]
+    for path in ("/api/v1/keys", "/api/v1/token"):
+        answer = api.post(path, {"name": padding}, format="json")
+        assert answer.status_code == 413, (path, answer.status_code)
+        assert answer["Content-Type"] == "application/json" and answer.json()["detail"], path
+    login = client.post("/login/", {"username": padding, "password": "x"})
+    assert login.status_code == 413 and login["Content-Type"] == "application/json"
