@@ -54,7 +54,9 @@ def readme_commands() -> list[tuple[str, str]]:
                 pending = line
                 continue
             command, _, claim = line.partition("  #")
-            for part in command.split("; "):
+            # A subshell is one command; otherwise "a; b" is two.
+            parts = [command] if command.startswith("(") else command.split("; ")
+            for part in parts:
                 out.append((part.strip(), claim.strip()))
     return out
 
@@ -229,6 +231,8 @@ def check_openai(demo: Demo, out: str, claim: str) -> None:
 
 def check_node_add(demo: Demo, out: str, claim: str) -> None:
     # "the token works once, for 24 h": the file holds the token and nothing else.
+    # ... and only its owner may read it.
+    assert (demo.data / "token").stat().st_mode & 0o777 == 0o600
     token = (demo.data / "token").read_text().strip()
     assert re.fullmatch(r"[A-Za-z0-9_\-.]+", token), token
     join = {"schema": 1, "node": "gpu-a-01", "token": token}
@@ -247,7 +251,7 @@ CHECKS: dict[str, Callable[[Demo, str, str], None]] = {
     ".venv/bin/llmgw ctl fabrics": check_fabrics,
     ".venv/bin/llmgw ctl nvlink": check_nvlink,
     '.venv/bin/llmgw ctl cordon sim-h100-01 --reason "XID 79 on GPU 3"': check_cordon,
-    "llmgw node add gpu-a-01 > token": check_node_add,
+    "(umask 077; llmgw node add gpu-a-01 > token)": check_node_add,
 }
 # Shown but not run here, each for its reason.
 NOT_RUN = {
