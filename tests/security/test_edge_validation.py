@@ -1,3 +1,4 @@
+# ruff: noqa: F811 (gateway_server, imported from gateway_peers, is a parameter here)
 """Validation at the edge: what a node or a user sends is refused whole,
 with the field named, before anything of it is stored, and never answers
 500; nor can it make a page answer 500 later. Each test is named after the
@@ -15,6 +16,7 @@ import pytest
 
 from llmgw.inventory.models import Gpu, Node
 from tests.payloads import heartbeat, registration
+from tests.serving.gateway_peers import gateway_server  # noqa: F401
 
 # Over Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) and the agent's 1 MiB.
 OVERSIZED = 3 * 1024 * 1024
@@ -362,3 +364,32 @@ def test_a_body_over_the_upload_limit_answers_413_in_json(joined, client, api):
         assert answer["Content-Type"] == "application/json" and answer.json()["detail"], path
     login = client.post("/login/", {"username": padding, "password": "x"})
     assert login.status_code == 413 and login["Content-Type"] == "application/json"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_gateway_refuses_deep_nesting_and_nul_in_the_model(gateway_server):
+    from llmgw.catalog.models import Model
+    from llmgw.serving import keys
+
+    Model.objects.create(name="tiny", source="hf://x/tiny")
+    key = keys.create_key("k", None, ["tiny"], False).key
+    gateway_server.refresh()
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    url = gateway_server.url + "/v1/chat/completions"
+    nested = httpx.post(
+        url, content='{"model": "tiny", "x": ' + deep(100_000) + "}", headers=headers
+    )
+    assert nested.status_code == 400, nested.text
+    assert nested.json()["error"]["code"] == "invalid_json"
+    nul = httpx.post(
+        url, content=json.dumps({"model": "tiny\x00", "messages": []}), headers=headers
+    )
+    assert nul.status_code == 400, nul.text
+    assert nul.json()["error"]["param"] == "model" and "NUL" in nul.json()["error"]["message"]
+    content = httpx.post(
+        url,
+        content=json.dumps({"model": "tiny", "messages": [{"role": "user", "content": NUL}]}),
+        headers=headers,
+    )
+    assert content.status_code == 400, content.text
+    assert content.json()["error"]["param"] == "messages.0.content"

@@ -32,6 +32,7 @@ from llmgw.serving.gateway import load, snapshot
 from llmgw.serving.gateway.errors import send_error, send_json, sse_error_event
 from llmgw.serving.gateway.routing import BACKOFF_S, Router, Upstream, parse_queue_depth
 from llmgw.serving.gateway.snapshot import KeyScope
+from llmgw.validation import problems
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -57,6 +58,7 @@ class _Head(msgspec.Struct):
 
 
 _decode_head = msgspec.json.Decoder(_Head).decode
+_decode_any = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 
 
@@ -414,11 +416,17 @@ class Gateway:
             return
         if body is None:
             return
+        refused = _unclean(body)
+        if refused is not None:
+            await send_error(send, 400, *refused)
+            return
         try:
             head = _decode_head(body)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            # msgspec recurses once per level, skipped fields too.
+            said = "nested too deeply" if isinstance(exc, RecursionError) else exc
             await send_error(
-                send, 400, f"Invalid request body: {exc}", "invalid_request_error", "invalid_json"
+                send, 400, f"Invalid request body: {said}", "invalid_request_error", "invalid_json"
             )
             return
         model = head.model
@@ -622,6 +630,33 @@ class Gateway:
 
 class _TooLarge(Exception):
     pass
+
+
+def _unclean(body: bytes) -> tuple[str, str, str, str | None] | None:
+    """Why a body the engine would get is not clean text (llmgw.validation),
+    as send_error's arguments; None when it is. The body is forwarded as it
+    came, so it is checked as bytes: UTF-8 (ASCII at memory speed), and a
+    NUL, which JSON can only spell as an escape, looked for before anything
+    is decoded to find which field holds it."""
+    if not body.isascii():
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return (
+                f"Invalid request body: not UTF-8 at byte {exc.start}",
+                "invalid_request_error",
+                "invalid_json",
+                None,
+            )
+    if b"\\u0000" not in body:
+        return None
+    try:
+        errors = problems(_decode_any(body))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None  # the head decoder says what is wrong with it
+    for field, messages in errors.items():
+        return (f"`{field}` {messages[0]}.", "invalid_request_error", "invalid_value", field)
+    return None  # an escaped backslash before "u0000": no NUL after all
 
 
 async def _read_body(receive: Receive) -> bytes | None:
