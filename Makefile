@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PG_URL ?= postgres://postgres@127.0.0.1:5432/llmgw
 REDIS ?= redis://127.0.0.1:6379/0
 
-.PHONY: demo test venv venv-test lint typecheck rules pytest fmt services bench-heartbeat bench-placement bench-fabric bench-console bench-gateway clean
+.PHONY: demo test test-reliability venv venv-test lint typecheck rules pytest fmt services bench-heartbeat bench-placement bench-fabric bench-console bench-gateway clean
 
 # The product alone: quick, so make demo serves its first page in minutes.
 $(BIN)/.installed: pyproject.toml agent/pyproject.toml
@@ -54,6 +54,10 @@ rules: services
 	cd deploy/prometheus && promtool test rules alerts_test.yml
 
 test: lint typecheck rules pytest
+
+# The reliability tests alone (they run in make test too).
+test-reliability: venv-test services
+	DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest tests/reliability $(PYTEST_ARGS)
 
 BENCH_DB ?= postgres://postgres@127.0.0.1:5432/llmgw_bench
 bench-heartbeat: venv-test services
