@@ -86,3 +86,33 @@ def control_plane() -> Iterator[ControlPlane]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# The real llama-server and a tiny real model, shared by the engine and
+# shard tests (built once per session).
+@pytest.fixture(scope="session")
+def llama_server() -> Path:
+    from tests.agent.engine_helpers import build_llama_server
+
+    return build_llama_server()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.serving_models import make_tiny_gguf
+
+    folder = tmp_path_factory.mktemp("models") / "tiny"
+    folder.mkdir()
+    make_tiny_gguf(folder / "tiny.gguf")
+    return folder
+
+
+@pytest.fixture
+def engines(llama_server: Path) -> list[dict[str, Any]]:
+    """The engine manager's report with llama.cpp b11434 installed."""
+    from tests.agent.engine_helpers import TAG
+
+    return [
+        {"name": "llama.cpp", "version": TAG, "status": "installed",
+         "message": "llama-server version 0.6.0-dev", "path": str(llama_server)}
+    ]  # fmt: skip

@@ -22,7 +22,6 @@ from llmgw_agent.engines.verify import MARKER, Marker, parse_llama_version
 from tests.agent.engine_helpers import (
     TAG,
     RecordingRunner,
-    build_llama_server,
     file_server,
     pack_release,
     sha256_of,
@@ -66,11 +65,6 @@ def spec(url: str, sha256: str) -> dict[str, Any]:
             f"ubuntu-cuda-12.4-{ARCH}": other,
         },
     }
-
-
-@pytest.fixture(scope="session")
-def llama_server() -> Path:
-    return build_llama_server()
 
 
 @pytest.fixture(scope="session")

@@ -19,35 +19,13 @@ import psutil
 import pytest
 from llmgw_agent.shards import ShardSupervisor, Timing
 
-from tests.agent.engine_helpers import TAG, build_llama_server
+from tests.agent.engine_helpers import TAG
 from tests.serving_models import make_tiny_gguf
 
 pytestmark = pytest.mark.slow
 
 FAST = Timing(poll_s=0.05, ready_check_s=0.5, backoff_s=0.2, grace_s=5.0)
 DEADLINE_S = 60
-
-
-@pytest.fixture(scope="session")
-def llama_server() -> Path:
-    return build_llama_server()
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models") / "tiny"
-    folder.mkdir()
-    make_tiny_gguf(folder / "tiny.gguf")
-    return folder
-
-
-@pytest.fixture
-def engines(llama_server: Path) -> list[dict[str, Any]]:
-    """The engine manager's report with llama.cpp b11434 installed."""
-    return [
-        {"name": "llama.cpp", "version": TAG, "status": "installed",
-         "message": "llama-server version 0.6.0-dev", "path": str(llama_server)}
-    ]  # fmt: skip
 
 
 @pytest.fixture

@@ -27,31 +27,10 @@ from llmgw_agent.config import ConfigError, parse_config
 from llmgw_agent.shards import ShardSupervisor
 
 from tests.agent.conftest import ControlPlane
-from tests.agent.engine_helpers import TAG, build_llama_server
 from tests.agent.helpers import HOST
 from tests.agent.test_shards import DEADLINE_S, FAST, gone, ready, shard, wait_for, wait_gone
-from tests.serving_models import make_tiny_gguf
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def llama_server() -> Path:
-    return build_llama_server()
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models") / "tiny"
-    folder.mkdir()
-    make_tiny_gguf(folder / "tiny.gguf")
-    return folder
-
-
-@pytest.fixture
-def engines(llama_server: Path) -> list[dict[str, Any]]:
-    return [{"name": "llama.cpp", "version": TAG, "status": "installed", "message": "",
-             "path": str(llama_server)}]  # fmt: skip
 
 
 # A supervisor in a process of its own, so that the test can kill it as a crash would: it
