@@ -27,10 +27,14 @@ LEASE_S = 15.0
 class ClusterLock:
     """A lease on one Redis key: take it if free, renew it if ours."""
 
-    # Renew only our own lease: compare and extend in one step.
+    # Renew or give back only our own lease: compare and act in one step.
     _RENEW = (
         "if redis.call('get', KEYS[1]) == ARGV[1] then "
         "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
+    )
+    _RELEASE = (
+        "if redis.call('get', KEYS[1]) == ARGV[1] then "
+        "return redis.call('del', KEYS[1]) else return 0 end"
     )
 
     def __init__(self, redis_url: str, key: str = LOCK_KEY, lease_s: float = LEASE_S) -> None:
@@ -46,22 +50,13 @@ class ClusterLock:
             if self.redis.set(self.key, self.token, nx=True, px=self.lease_ms):
                 return True
             return bool(self.redis.eval(self._RENEW, 1, self.key, self.token, self.lease_ms))
-        except OSError as exc:  # redis' errors are OSErrors: no Redis, no lease
-            log.warning("schedule lock: %s", exc)
-            return False
-        except Exception as exc:  # noqa: BLE001 - redis.RedisError and friends
+        except Exception as exc:  # noqa: BLE001 - no Redis, no lease; the loop goes on
             log.warning("schedule lock: %s", exc)
             return False
 
     def release(self) -> None:
         try:
-            self.redis.eval(
-                "if redis.call('get', KEYS[1]) == ARGV[1] then "
-                "return redis.call('del', KEYS[1]) else return 0 end",
-                1,
-                self.key,
-                self.token,
-            )
+            self.redis.eval(self._RELEASE, 1, self.key, self.token)
         except Exception as exc:  # noqa: BLE001 - best effort on the way out
             log.warning("schedule lock release: %s", exc)
 
