@@ -8,13 +8,9 @@ class FabricKind(models.TextChoices):
 
 class Problem(models.TextChoices):
     """What a fabric's subnet managers say it cannot survive, or already
-    shows; colours shared by the cluster page and the drawing's legend."""
+    shows."""
 
     NO_STANDBY = "no_standby", "no standby subnet manager"
     MASTER_DISAGREEMENT = "master_disagreement", "ports disagree on the master"
     NO_SUBNET_MANAGER = "no_subnet_manager", "ports up with no subnet manager (INIT)"
     RECENT_FAILOVER = "recent_failover", "the master changed in the last hour"
-
-    @classmethod
-    def colour(cls, value: str) -> str:
-        return {"no_standby": "#e0a526", "recent_failover": "#e0a526"}.get(value, "#d64541")

@@ -1,7 +1,7 @@
-"""One choice set per status, with the label and colour every surface uses.
+"""One choice set per status, with the label every surface uses.
 
-Models, serializers, the CLI and the drawings' legends all read these, so
-"NotReady" is spelled and coloured one way everywhere.
+Models, services and the gateway all read these, so "NotReady" is spelled
+one way everywhere.
 """
 
 from django.db import models
@@ -10,7 +10,3 @@ from django.db import models
 class NodeState(models.TextChoices):
     READY = "Ready", "Ready"
     NOT_READY = "NotReady", "NotReady"
-
-    @classmethod
-    def colour(cls, value: str) -> str:
-        return {"Ready": "#2e9e5b", "NotReady": "#d64541"}.get(value, "#8a8f98")
