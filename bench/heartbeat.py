@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import socket
@@ -25,6 +24,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import msgspec
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -61,8 +62,8 @@ def prepare(count: int) -> list[tuple[str, bytes, bytes]]:
         prepared.append(
             (
                 credential,
-                json.dumps(sim.registration(10)).encode(),
-                json.dumps(sim.heartbeat()).encode(),
+                msgspec.json.encode(sim.registration(10)),
+                msgspec.json.encode(sim.heartbeat()),
             )
         )
     return prepared

@@ -2,11 +2,9 @@
 
 from importlib import metadata
 
-SCHEMA = 1
-
 try:
     __version__ = metadata.version("llmgw-agent")
 except metadata.PackageNotFoundError:  # running from a checkout that was never installed
     __version__ = "0.1.0"
 
-__all__ = ["SCHEMA", "__version__"]
+__all__ = ["__version__"]

@@ -15,8 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 
-from . import SCHEMA, __version__
+from . import __version__
+from .protocol import SCHEMA
+from .protocol.messages import Join
 
 log = logging.getLogger("llmgw_agent.client")
 
@@ -136,13 +139,15 @@ class AgentClient:
         """The URL in use: the last one that answered, or the next to try."""
         return self.urls[self._current]
 
-    def post(self, path: str, payload: Mapping[str, Any], auth: bool = True) -> dict[str, Any]:
-        headers = {}
+    def post(
+        self, path: str, payload: msgspec.Struct | Mapping[str, Any], auth: bool = True
+    ) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
         if auth:
             if self.credential is None:
                 raise AuthError("no credential: join first")
             headers["Authorization"] = f"Node {self.credential}"
-        body = dict(payload)
+        body = msgspec.json.encode(payload)
         failures = []
         # One round: each URL once, from the one in use; no waiting in between, since
         # another web process is no busier for this one having failed.
@@ -159,11 +164,9 @@ class AgentClient:
                     )
         raise TransientError(f"POST {path}: " + "; ".join(failures))
 
-    def _post(
-        self, url: str, path: str, body: dict[str, Any], headers: dict[str, str]
-    ) -> dict[str, Any]:
+    def _post(self, url: str, path: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
         try:
-            response = self._http.post(url + path, json=body, headers=headers)
+            response = self._http.post(url + path, content=body, headers=headers)
         except httpx.HTTPError as exc:  # connect, read, timeout, protocol errors
             raise _Unavailable(f"{type(exc).__name__}: {exc}") from None
         status = response.status_code
@@ -188,7 +191,7 @@ class AgentClient:
         return answer
 
     def join(self, node: str, token: str, credential_file: Path) -> str:
-        answer = self.post(JOIN, {"schema": SCHEMA, "node": node, "token": token}, auth=False)
+        answer = self.post(JOIN, Join(schema=SCHEMA, node=node, token=token), auth=False)
         credential = answer.get("credential")
         if answer.get("node") != node or not isinstance(credential, str):
             raise RejectedError(200, f"join answer is for node {answer.get('node')!r}")
@@ -196,16 +199,16 @@ class AgentClient:
         self.credential = credential
         return credential
 
-    def register(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+    def register(self, payload: msgspec.Struct | Mapping[str, Any]) -> dict[str, Any]:
         return self.post(REGISTER, payload)
 
-    def heartbeat(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+    def heartbeat(self, payload: msgspec.Struct | Mapping[str, Any]) -> dict[str, Any]:
         return self.post(HEARTBEAT, payload)
 
 
 def send_latest(
-    send: Callable[[dict[str, Any]], dict[str, Any]],
-    build: Callable[[], dict[str, Any]],
+    send: Callable[[Any], dict[str, Any]],
+    build: Callable[[], Any],
     *,
     backoff: Backoff,
     stop: threading.Event,

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import msgspec
+
 from . import __version__
 from .client import (
     RETRY_CAP_S,
@@ -29,6 +31,7 @@ from .config import AgentConfig, ConfigError, load_config
 from .engines import EngineManager
 from .engines.spec import EngineSpec, SpecError
 from .payload import collect_heartbeat, collect_registration, roots_for
+from .protocol.messages import Answer, Desired, Heartbeat, Registration
 from .shards import ShardSupervisor
 from .stream import Stream
 from .stream import features as stream_features
@@ -76,6 +79,122 @@ def ensure_credential(
     return False
 
 
+class Agent:
+    """One agent's life: register, then heartbeat and converge on each answer."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        client: AgentClient,
+        roots: Roots,
+        stop: threading.Event,
+        engines: EngineManager,
+        shards: ShardSupervisor,
+        desired_engines: Sequence[Mapping[str, Any]],
+        once: bool,
+    ) -> None:
+        self.config, self.client, self.roots, self.stop = config, client, roots, stop
+        self.engines, self.shards, self.once = engines, shards, once
+        # The last answer's wishes; kept through an outage, so shards keep running meanwhile.
+        # Shards: None until an answer says: the engines an earlier agent left run on until
+        # then.
+        self.desired_engines: list[Any] = list(desired_engines)
+        self.desired_shards: list[Any] | None = None
+        # Never longer than RETRY_CAP_S, whatever the interval: after an outage the agent is
+        # back within 15 s of the control plane, and only sends its state as it is then.
+        self.backoff = Backoff(cap=min(RETRY_CAP_S, max(config.heartbeat_interval_s * 6, 1.0)))
+
+    def reload_credential(self) -> None:
+        # An operator who re-joins the node rewrites the file; pick it up without a restart.
+        self.client.credential = (
+            read_credential(self.config.credential_file) or self.client.credential
+        )
+
+    def send(
+        self,
+        fn: Callable[[Any], dict[str, Any]],
+        build: Callable[[], msgspec.Struct],
+        what: str,
+    ) -> Answer | None:
+        def checked() -> msgspec.Struct:
+            try:
+                return build()
+            except msgspec.ValidationError as exc:
+                # What the control plane would refuse with a 400: say so, send nothing.
+                raise RejectedError(0, f"not sent: {exc}") from None
+
+        answer = send_latest(
+            fn,
+            checked,
+            backoff=self.backoff,
+            stop=self.stop,
+            on_auth_error=self.reload_credential,
+            max_attempts=1 if self.once else None,
+            what=what,
+        )
+        if answer is None:
+            return None
+        try:
+            return msgspec.convert(answer, Answer)
+        except msgspec.ValidationError as exc:
+            log.warning("ignoring the %s answer: %s", what, exc)
+            return Answer(node=self.config.node, state="")
+
+    def converge(self) -> dict[str, Any]:
+        # A shard waits for its engine in the installer's own words, so both see one report.
+        report = self.engines.heartbeat(self.desired_engines)
+        self.shards.converge(self.desired_shards, report["engines"])
+        return report
+
+    def heartbeat(self) -> Heartbeat:
+        # The manager's report is read under its lock; an install never delays a heartbeat.
+        report = self.converge()
+        return collect_heartbeat(self.config, self.roots, report, self.shards.report())
+
+    def registration(self) -> Registration:
+        # Only a running stream answers commands.
+        extra = () if self.once else stream_features()
+        return collect_registration(self.config, self.roots, extra)
+
+    def take_desired(self, desired: Desired) -> None:
+        if desired.engines is not None:
+            good = []
+            for raw in desired.engines:
+                try:
+                    good.append(EngineSpec.parse(raw))
+                except (SpecError, AttributeError) as exc:
+                    log.warning("ignoring a desired engine: %s", exc)
+            self.desired_engines = good
+        if desired.shards is not None:
+            self.desired_shards = list(desired.shards)
+        self.converge()
+
+    def live(self) -> int:
+        """Register, then heartbeat until stopped (or once); the exit status."""
+        if not self.once:
+            # Opened, and reopened, to whichever URL the heartbeats last reached.
+            client = self.client
+            commands = Stream(
+                lambda: client.server_url, lambda: client.credential, self.roots, self.stop
+            )
+            threading.Thread(target=commands.run_forever, name="stream", daemon=True).start()
+        registered = self.send(self.client.register, self.registration, "register")
+        while not self.stop.is_set():
+            started = time.monotonic()
+            answer = self.send(self.client.heartbeat, self.heartbeat, "heartbeat")
+            # An older control plane sends no desired: keep converging on what we had.
+            if answer is not None and answer.desired is not None and not self.once:
+                self.take_desired(answer.desired)
+            if answer is not None and answer.register:
+                log.info("control plane asked for registration again")
+                registered = self.send(self.client.register, self.registration, "register")
+            if self.once:
+                return 0 if registered is not None and answer is not None else 1
+            elapsed = time.monotonic() - started
+            self.stop.wait(max(0.0, self.config.heartbeat_interval_s - elapsed))
+        return 0
+
+
 def run(
     config: AgentConfig,
     *,
@@ -99,88 +218,13 @@ def run(
     # Start scanning now, so the first heartbeat can already say what is installed.
     engines.converge(desired_engines)
     shards = shards if shards is not None else ShardSupervisor.from_config(config)
-    # The last answer's wishes; kept through an outage, so shards keep running meanwhile.
-    # Shards: None until an answer says: the engines an earlier agent left run on until then.
-    desired: dict[str, list[Any] | None] = {"engines": list(desired_engines), "shards": None}
     own_client = client is None
     client = client or AgentClient(config.urls, ca_file=config.ca_file)
-    # Never longer than RETRY_CAP_S, whatever the interval: after an outage the agent is
-    # back within 15 s of the control plane, and only sends its state as it is then.
-    backoff = Backoff(cap=min(RETRY_CAP_S, max(config.heartbeat_interval_s * 6, 1.0)))
-
-    def reload_credential() -> None:
-        # An operator who re-joins the node rewrites the file; pick it up without a restart.
-        client.credential = read_credential(config.credential_file) or client.credential
-
-    def send(
-        fn: Callable[[dict[str, Any]], dict[str, Any]],
-        build: Callable[[], dict[str, Any]],
-        what: str,
-    ) -> dict[str, Any] | None:
-        return send_latest(
-            fn,
-            build,
-            backoff=backoff,
-            stop=stop,
-            on_auth_error=reload_credential,
-            max_attempts=1 if once else None,
-            what=what,
-        )
-
-    def converge() -> dict[str, Any]:
-        # A shard waits for its engine in the installer's own words, so both see one report.
-        report = engines.heartbeat(desired["engines"] or [])
-        shards.converge(desired["shards"], report["engines"])
-        return report
-
-    def heartbeat() -> dict[str, Any]:
-        # The manager's report is read under its lock; an install never delays a heartbeat.
-        engine_report = converge()
-        return {**collect_heartbeat(config, roots), **engine_report, "shards": shards.report()}
-
-    def take_desired(answer: dict[str, Any]) -> None:
-        wanted = answer.get("desired")
-        if not isinstance(wanted, dict):
-            return  # an older control plane: keep converging on what we had
-        if isinstance(wanted.get("engines"), list):
-            good = []
-            for raw in wanted["engines"]:
-                try:
-                    good.append(EngineSpec.parse(raw))
-                except (SpecError, AttributeError) as exc:
-                    log.warning("ignoring a desired engine: %s", exc)
-            desired["engines"] = good
-        if isinstance(wanted.get("shards"), list):
-            desired["shards"] = list(wanted["shards"])
-        converge()
-
+    agent = Agent(config, client, roots, stop, engines, shards, desired_engines, once)
     try:
         if not ensure_credential(config, client, stop, once):
             return 2
-        if not once:
-            # Opened, and reopened, to whichever URL the heartbeats last reached.
-            commands = Stream(lambda: client.server_url, lambda: client.credential, roots, stop)
-            threading.Thread(target=commands.run_forever, name="stream", daemon=True).start()
-
-        def registration() -> dict[str, Any]:
-            payload = collect_registration(config, roots)
-            if not once:  # only a running stream answers commands
-                payload["features"] = [*payload["features"], *stream_features()]
-            return payload
-
-        registered = send(client.register, registration, "register")
-        while not stop.is_set():
-            started = time.monotonic()
-            answer = send(client.heartbeat, heartbeat, "heartbeat")
-            if answer is not None and not once:
-                take_desired(answer)
-            if answer is not None and answer.get("register"):
-                log.info("control plane asked for registration again")
-                registered = send(client.register, registration, "register")
-            if once:
-                return 0 if registered is not None and answer is not None else 1
-            stop.wait(max(0.0, config.heartbeat_interval_s - (time.monotonic() - started)))
-        return 0
+        return agent.live()
     finally:
         # Engines outlive the agent (its restart or upgrade must not take models down):
         # the next agent takes them over. Stopped only when agent.yaml asks.
@@ -196,7 +240,7 @@ def print_payloads(config: AgentConfig) -> int:
         "register": collect_registration(config, roots),
         "heartbeat": collect_heartbeat(config, roots),
     }
-    json.dump(out, sys.stdout, indent=2)
+    json.dump(msgspec.to_builtins(out), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
 

@@ -11,18 +11,19 @@ last answered a heartbeat.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import msgspec
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from .client import Backoff
 from .collectors.registry import Roots
+from .protocol.stream import Command, Result
 
 log = logging.getLogger("llmgw_agent.stream")
 STREAM = "/api/agent/v1/stream"
@@ -133,29 +134,34 @@ class Stream:
                 raw = ws.recv(timeout=1.0)
             except TimeoutError:
                 continue
-            message = json.loads(raw)
-            if isinstance(message, dict) and message.get("type") == "command":
-                self.pool.submit(self._run, ws, message)
+            try:
+                command = _read(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                log.warning("ignoring a message on the command stream: %s", exc)
+                continue
+            self.pool.submit(self._run, ws, command)
 
-    def _run(self, ws: ClientConnection, message: dict[str, Any]) -> None:
-        name = str(message.get("command"))
-        handler = self.commands.get(name)
-        result: dict[str, Any] = {"type": "result", "id": message.get("id")}
+    def _run(self, ws: ClientConnection, command: Command) -> None:
+        handler = self.commands.get(command.command)
         if handler is None:
-            result.update(ok=False, error=f"this agent does not answer {name!r}")
+            result = Result(
+                id=command.id, ok=False, error=f"this agent does not answer {command.command!r}"
+            )
         else:
             try:
-                args = message.get("args") or {}
-                result.update(
-                    ok=True, output=handler(self.roots, args if isinstance(args, dict) else {})
-                )
+                output = handler(self.roots, command.args or {})
+                result = Result(id=command.id, ok=True, output=output)
             except Exception as exc:  # a failed command is reported, never fatal
-                result.update(ok=False, error=f"{type(exc).__name__}: {exc}")
+                result = Result(id=command.id, ok=False, error=f"{type(exc).__name__}: {exc}")
         log.info(
-            "command %s #%s: %s", name, message.get("id"), "ok" if result["ok"] else result["error"]
+            "command %s #%s: %s", command.command, command.id, "ok" if result.ok else result.error
         )
         try:
             with self.send_lock:
-                ws.send(json.dumps(result))
+                ws.send(msgspec.json.encode(result).decode())
         except (OSError, WebSocketException) as exc:
-            log.warning("could not send the result of command #%s: %s", message.get("id"), exc)
+            log.warning("could not send the result of command #%s: %s", command.id, exc)
+
+
+def _read(raw: str | bytes) -> Command:
+    return msgspec.json.decode(raw, type=Command)

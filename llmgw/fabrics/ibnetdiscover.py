@@ -154,17 +154,6 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-_HEX = re.compile(r"(?:0x)?([0-9a-fA-F]{1,16})\Z")
-
-
-def normalize_guid(text: str) -> str:
-    """``0x2c9`` / ``2C9`` / ``0x00000000000002c9`` -> ``0x00000000000002c9``."""
-    m = _HEX.match(text.strip())
-    if m is None:
-        raise ValueError(f"not a GUID: {text!r}")
-    return "0x" + m.group(1).lower().rjust(16, "0")
-
-
 _GUIDS: dict[str, str] = {}
 
 

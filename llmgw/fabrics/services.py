@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from llmgw_agent.fabric_identity import fabric_identity, normalize_guid
+from llmgw_agent.protocol.fabric_identity import fabric_identity, normalize_guid
 
 from llmgw.console import events as console_events
 from llmgw.fabrics import managers

@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 from typing import Any
 
+import msgspec
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from llmgw_agent.protocol.stream import Command
 
 from llmgw.inventory import commands, services
 
@@ -97,15 +99,13 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):
                 await self._revoked()
                 return
             for command in claimed:
-                await self.send_json(
-                    {
-                        "type": "command",
-                        "id": command.pk,
-                        "command": command.kind,
-                        "args": command.args,
-                        "timeout_s": command.timeout_s,
-                    }
+                sent = Command(
+                    id=command.pk,
+                    command=command.kind,
+                    args=command.args,
+                    timeout_s=command.timeout_s,
                 )
+                await self.send_json(msgspec.to_builtins(sent))
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if self._closed:

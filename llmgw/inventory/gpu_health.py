@@ -1,7 +1,7 @@
 """What makes a GPU not free, in one place.
 
 An ECC fault, an XID of the hardware kind (the list is the agent's,
-llmgw_agent.xids, so both sides read the same one), a pending or failed row
+llmgw_agent.protocol.xids, so both sides read the same one), a pending or failed row
 remap, another process on the card, or a card the driver no longer lists.
 Each is named in the refusal, because "GPU unhealthy" tells an operator
 nothing about what to do.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw_agent.xids import HARDWARE_XIDS, is_hardware_xid
+from llmgw_agent.protocol.xids import HARDWARE_XIDS, is_hardware_xid
 
 __all__ = ["HARDWARE_XIDS", "hardware_xids", "unhealthy_reason"]
 

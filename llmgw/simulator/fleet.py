@@ -16,6 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmgw_agent.protocol.build import build_heartbeat, build_registration, features_for
+from llmgw_agent.protocol.messages import Heartbeat, Registration
+
 from llmgw.simulator import fabrics as ib
 from llmgw.simulator.gpus import GpuSim, fabric, imex, topology
 
@@ -157,34 +160,13 @@ class SimNode:
         """What its stream answers (see llmgw.cli.simulate)."""
         return ["command:ibnetdiscover", "command:ping"] if self.ib else ["command:ping"]
 
-    def registration(self, interval_s: float) -> dict[str, Any]:
+    def registration(self, interval_s: float) -> Registration:
         s = self.shape
-        payload: dict[str, Any] = {
-            "schema": 1,
-            "node": self.name,
-            "agent_version": "0.1.0-sim",
-            "features": ["heartbeat", "filesystems", "weights", *self.commands()],
-            "probed": True,
-            "simulated": True,
-            "heartbeat_interval_s": interval_s,
-            "labels": {
-                "llmgw.io/rack": self.rack,
-                "llmgw.io/pdu": f"{self.rack}-pdu{self.seed % 2}",
-            },
-            "system": {
-                "os": "Ubuntu 22.04.4 LTS",
-                "kernel": "5.15.0-105-generic",
-                "arch": "x86_64",
-                "cpu_model": s.cpu_model,
-                "cpu_flags": list(s.cpu_flags),
-                "cpus": s.cpus,
-                "memory_total_bytes": s.memory_bytes,
-                "nvidia_driver": s.nvidia_driver,
-            },
-        }
+        parts: dict[str, Any] = {}
+        gpus = []
         if s.gpus:
             uuids = self.uuids()
-            payload["gpus"] = [
+            gpus = [
                 {
                     "index": i,
                     "uuid": uuids[i],
@@ -200,21 +182,66 @@ class SimNode:
                 }
                 for i in range(s.gpus)
             ]
-            payload["gpu_topology"] = topology(uuids, NVLINKS[s.kind])
+            parts["gpu_topology"] = topology(uuids, NVLINKS[s.kind])
             if s.kind == "gb200":
-                payload["imex"] = imex(s.kind, list(self.trays), up=True)
-                payload["system"]["arch"] = "aarch64"
-        if s.fabric:
-            payload["fabrics"] = [
-                {
-                    "name": s.fabric,
-                    "adapters": [f"mlx5_{i}" for i in range(s.adapters)],
-                    "rate_gbps": s.rate_gbps,
-                }
-            ]
-        return payload
+                parts["imex"] = imex(s.kind, list(self.trays), up=True)
+        fabrics = [
+            {
+                "name": s.fabric,
+                "adapters": [f"mlx5_{i}" for i in range(s.adapters)],
+                "rate_gbps": s.rate_gbps,
+            }
+        ]
+        return build_registration(
+            self.name,
+            agent_version="0.1.0-sim",
+            features=[*features_for({}), *self.commands()],
+            simulated=True,
+            heartbeat_interval_s=round(interval_s),
+            labels={"llmgw.io/rack": self.rack, "llmgw.io/pdu": f"{self.rack}-pdu{self.seed % 2}"},
+            system={
+                "os": "Ubuntu 22.04.4 LTS",
+                "kernel": "5.15.0-105-generic",
+                "arch": "x86_64" if s.arch_x86 else "aarch64",
+                "cpu_model": s.cpu_model,
+                "cpu_flags": list(s.cpu_flags),
+                "cpus": s.cpus,
+                "memory_total_bytes": s.memory_bytes,
+                "nvidia_driver": s.nvidia_driver,
+            },
+            gpus=gpus,
+            fabrics=fabrics if s.fabric else None,
+            parts=parts,
+        )
 
-    def heartbeat(self) -> dict[str, Any]:
+    def filesystems(self) -> list[dict[str, Any]]:
+        s = self.shape
+        self.local_free = int(
+            min(
+                s.local_disk_bytes * 0.9,
+                max(s.local_disk_bytes * 0.05, self.local_free + self.rng.uniform(-1, 1) * GiB),
+            )
+        )
+        local = ("/data", "/dev/nvme0n1p1", "ext4", False, self.local_free, s.local_disk_bytes)
+        shared = None
+        if s.fabric == "ib-a":
+            shared = ("/lustre", "10.10.0.1@o2ib:/scratch", "lustre", True, 412 * TiB, 1200 * TiB)
+        elif s.kind != "vm":
+            shared = ("/shared", "filer01:/export/models", "nfs4", True, 18 * TiB, 64 * TiB)
+        return [
+            {
+                "mount": mount,
+                "device": device,
+                "fstype": fstype,
+                "shared": is_shared,
+                "free_bytes": free,
+                "total_bytes": total,
+                "dirs": [f"{mount}/models"],
+            }
+            for mount, device, fstype, is_shared, free, total in filter(None, (local, shared))
+        ]
+
+    def heartbeat(self) -> Heartbeat:
         s, rng = self.shape, self.rng
         # A bounded random walk: load that drifts like a real node's, not noise.
         self.cpu_percent = min(98.0, max(1.0, self.cpu_percent + rng.uniform(-4, 4)))
@@ -227,52 +254,9 @@ class SimNode:
                 ),
             )
         )
-        self.local_free = int(
-            min(
-                s.local_disk_bytes * 0.9,
-                max(s.local_disk_bytes * 0.05, self.local_free + rng.uniform(-1, 1) * GiB),
-            )
-        )
         load = self.cpu_percent / 100 * s.cpus
-        filesystems = [
-            {
-                "mount": "/data",
-                "device": "/dev/nvme0n1p1",
-                "fstype": "ext4",
-                "shared": False,
-                "free_bytes": self.local_free,
-                "total_bytes": s.local_disk_bytes,
-                "dirs": ["/data/models"],
-            }
-        ]
-        if s.fabric == "ib-a":
-            filesystems.append(
-                {
-                    "mount": "/lustre",
-                    "device": "10.10.0.1@o2ib:/scratch",
-                    "fstype": "lustre",
-                    "shared": True,
-                    "free_bytes": 412 * TiB,
-                    "total_bytes": 1200 * TiB,
-                    "dirs": ["/lustre/models"],
-                }
-            )
-        elif s.kind != "vm":
-            filesystems.append(
-                {
-                    "mount": "/shared",
-                    "device": "filer01:/export/models",
-                    "fstype": "nfs4",
-                    "shared": True,
-                    "free_bytes": 18 * TiB,
-                    "total_bytes": 64 * TiB,
-                    "dirs": ["/shared/models"],
-                }
-            )
         held = [MODELS[(self.seed + k) % len(MODELS)] for k in range(self.seed % 3)]
-        beat: dict[str, Any] = {
-            "schema": 1,
-            "node": self.name,
+        data: dict[str, Any] = {
             "cpu": {
                 "utilization_percent": round(self.cpu_percent, 1),
                 "load": [round(load, 2), round(load * 0.9, 2), round(load * 0.8, 2)],
@@ -281,25 +265,27 @@ class SimNode:
                 "used_bytes": self.memory_used,
                 "available_bytes": s.memory_bytes - self.memory_used,
             },
-            "filesystems": filesystems,
+            "filesystems": self.filesystems(),
             "weights": {
                 "probed": True,
                 "models": [{"name": m, "path": f"/data/models/{m}", "shared": False} for m in held],
             },
-            "collectors": [
-                {"name": n, "ok": True, "seconds": 0.001, "error": None}
-                for n in ("cpu", "memory", "filesystems", "weights")
-            ],
         }
         if self.gpu_sim is not None:
             forced = self.gpu_sim.force_wear
-            beat["gpus"] = self.gpu_sim.sample(s.gpu_memory_bytes, POWER_LIMIT_W[s.kind])
+            data["gpus"] = self.gpu_sim.sample(s.gpu_memory_bytes, POWER_LIMIT_W[s.kind])
             if s.kind == "gb200" and (self.gpu_sim.beats % 6 == 1 or forced):
-                beat["imex"] = imex(s.kind, list(self.trays), up=self.imex_up)
+                data["imex"] = imex(s.kind, list(self.trays), up=self.imex_up)
         if self.ib is not None:
-            beat.update(self.ports())
-        beat.update(self.engines())
-        return beat
+            data.update(self.ports())
+        collectors = [
+            {"name": n, "ok": True, "seconds": 0.001, "error": None}
+            for n in ("cpu", "memory", "filesystems", "weights")
+        ]
+        engines, shards = self.engines()
+        return build_heartbeat(
+            self.name, data=data, collectors=collectors, engines=engines, shards=shards
+        )
 
     def set_tray(self, change: str | None, initially_held_out: bool) -> None:
         """A tray event: "out" takes IMEX down (the tray leaves its NVLink
@@ -312,8 +298,10 @@ class SimNode:
         self.gpu_sim.held_out = held_out
         self.gpu_sim.force_wear = True
 
-    def engines(self) -> dict[str, Any]:
-        """A simulated node has the engines it is asked for, and runs none:
+    def engines(self) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+        """The engine manager's report and the shards, as an agent's.
+
+        A simulated node has the engines it is asked for, and runs none:
         its shards stay pending, saying why, so nothing routes to them.
 
         A GPU node also has vLLM and SGLang in its image, named the way a
@@ -339,8 +327,8 @@ class SimNode:
                 "(a VM CPU type such as qemu64 hides it; pass the host CPU through)"
             )
         if self.desired is None:  # not told yet: say nothing rather than "has none"
-            return {"warnings": warnings}
-        return {
+            return {"warnings": warnings}, None
+        report = {
             "engines_probed": True,
             "engines": [
                 {
@@ -354,17 +342,18 @@ class SimNode:
             ]
             + image,
             "warnings": warnings,
-            "shards": [
-                {
-                    "id": sh["id"],
-                    "replica": sh["replica"],
-                    "state": "pending",
-                    "message": "simulated node: no engine runs here",
-                    "generation": sh.get("generation"),
-                }
-                for sh in (self.desired or {}).get("shards") or []
-            ],
         }
+        shards = [
+            {
+                "id": sh["id"],
+                "replica": sh["replica"],
+                "state": "pending",
+                "message": "simulated node: no engine runs here",
+                "generation": sh.get("generation"),
+            }
+            for sh in self.desired.get("shards") or []
+        ]
+        return report, shards
 
     def ports(self) -> dict[str, Any]:
         """ports, fabrics_changed/fabrics_active and subnet_managers, as the

@@ -194,9 +194,9 @@ def test_heartbeat_payload_carries_the_new_parts(sysroot: Path, tmp_path: Path) 
     roots.sys = sysroot
     roots.run = lambda argv: CommandResult(255, "", "sminfo: iberror: failed: query")
     payload = collect_heartbeat(config, roots)
-    assert payload["fabrics_changed"] is True and payload["fabrics_active"] == ["ib-a"]
-    assert len(payload["ports"]) == 9 and payload["subnet_managers"] == []
-    assert all(p["sm"] is None for p in payload["ports"])
-    names = [c["name"] for c in payload["collectors"]]
+    assert payload.fabrics_changed is True and payload.fabrics_active == ["ib-a"]
+    assert len(payload.ports) == 9 and payload.subnet_managers == []
+    assert all(p.sm is None for p in payload.ports)
+    names = [c.name for c in payload.collectors]
     assert names.index("sm") < names.index("ib")
     assert list(REGISTRY).index("sm") < list(REGISTRY).index("ib")

@@ -29,7 +29,7 @@ from llmgw_agent.collectors import sm as sm_collector
 from llmgw_agent.collectors.ib import carries, parse_ibstat
 from llmgw_agent.collectors.ib_sysfs import Port
 from llmgw_agent.collectors.sm import parse_sminfo, parse_smir
-from llmgw_agent.fabric_identity import fabric_identity, remember
+from llmgw_agent.protocol.fabric_identity import fabric_identity, remember
 
 from tests.fabrics.ibsim import Simulator
 

@@ -12,7 +12,7 @@ from llmgw_agent.collectors import CommandResult, Roots, make_runner
 from llmgw_agent.collectors import ib as ib_collector
 from llmgw_agent.collectors import sm as sm_collector
 from llmgw_agent.collectors.sm import MISSING_NOTICE, parse_sminfo, parse_smir
-from llmgw_agent.fabric_identity import fabric_identity, normalize_guid, remember
+from llmgw_agent.protocol.fabric_identity import fabric_identity, normalize_guid, remember
 
 FIXTURE = Path(__file__).parent / "fixtures" / "sys-ib-h100"
 REALDATA = Path(__file__).parents[1] / "data" / "realdata"

@@ -7,7 +7,7 @@ from pathlib import Path
 from llmgw_agent.collectors import Roots
 from llmgw_agent.collectors.gpu import collect_gpus
 from llmgw_agent.collectors.xid_log import KmsgReader, count, parse_line
-from llmgw_agent.xids import HARDWARE_XIDS, is_hardware_xid
+from llmgw_agent.protocol.xids import HARDWARE_XIDS, is_hardware_xid
 
 from .fake_nvml import REALDATA, fake, load_smi_q
 

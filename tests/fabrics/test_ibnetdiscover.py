@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from llmgw_agent.protocol.fabric_identity import normalize_guid
 
 from llmgw.fabrics.ibnetdiscover import (
     ParseError,
     Rate,
-    normalize_guid,
     parse,
     parse_ports,
     parse_rate,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from msgspec import UNSET
 
 from llmgw.cli.simulate import Cables, handlers
 from llmgw.fabrics.ibnetdiscover import ParseError, parse
@@ -49,11 +50,11 @@ def test_each_simulated_fabric_maps_to_what_it_was_built_with(
     [m] = a["rail_misalignment"]
     assert (m["node"], m["device"]) == miswired
     # The simulated nodes' adapters carry their names and the GUIDs their ports report.
-    ports = {p["device"]: p for p in node.heartbeat()["ports"]}
+    ports = {p.device: p for p in node.heartbeat().ports}
     mine = {ad["device"]: ad for ad in a["adapters"] if ad["node"] == node.name}
     assert set(mine) == set(ports) == {f"mlx5_{r}" for r in range(node.shape.adapters)}
     for device, ad in mine.items():
-        assert ad["guid"] == ad["port_guids"]["1"] == ports[device]["port_guid"]
+        assert ad["guid"] == ad["port_guids"]["1"] == ports[device].port_guid
 
 
 def test_ports_and_managers_follow_the_agent_protocol(fleet: list[SimNode]) -> None:
@@ -61,23 +62,23 @@ def test_ports_and_managers_follow_the_agent_protocol(fleet: list[SimNode]) -> N
     clock = {"now": 100.0}
     node.clock = lambda: clock["now"]
     first = node.heartbeat()
-    assert first["fabrics_changed"] is True and first["fabrics_active"] == ["ib-a"]
-    [listing] = first["subnet_managers"]
-    assert [m["state"] for m in listing["managers"]] == ["MASTER", "STANDBY"]
-    assert listing["master"] == listing["managers"][0]["guid"] == first["ports"][0]["sm"]["guid"]
+    assert first.fabrics_changed is True and first.fabrics_active == ["ib-a"]
+    [listing] = first.subnet_managers
+    assert [m.state for m in listing.managers] == ["MASTER", "STANDBY"]
+    assert listing.master == listing.managers[0].guid == first.ports[0].sm.guid
     clock["now"] += 10
     second = node.heartbeat()
-    assert "fabrics_changed" not in second and "subnet_managers" not in second
+    assert second.fabrics_changed is UNSET and second.subnet_managers is UNSET
     # Counters are running totals that advance with load, at most at the link's rate.
-    for before, after in zip(first["ports"], second["ports"], strict=True):
-        sent = after["counters"]["port_xmit_data"] - before["counters"]["port_xmit_data"]
-        assert 0 < sent <= after["rate_gbps"] * 1e9 / 8 * 10
+    for before, after in zip(first.ports, second.ports, strict=True):
+        sent = after.counters["port_xmit_data"] - before.counters["port_xmit_data"]
+        assert 0 < sent <= after.rate_gbps * 1e9 / 8 * 10
     clock["now"] += 60
-    assert "subnet_managers" in node.heartbeat()  # once a minute
+    assert node.heartbeat().subnet_managers is not UNSET  # once a minute
     # ib-b has no standby.
     b = first_on(make_fleet(12, nvl72_trays=0), "ib-b")
-    [listing] = b.heartbeat()["subnet_managers"]
-    assert [m["state"] for m in listing["managers"]] == ["MASTER"]
+    [listing] = b.heartbeat().subnet_managers
+    assert [m.state for m in listing.managers] == ["MASTER"]
 
 
 def test_a_cable_changed_live(tmp_path: Path, settings: Any) -> None:
@@ -91,10 +92,10 @@ def test_a_cable_changed_live(tmp_path: Path, settings: Any) -> None:
     fabrics.write_event(path, "cable-down", node.name, ["mlx5_2"])
     fabrics.write_event(path, "cable-short", node.name, ["mlx5_5"])
     cables.poll()
-    ports = {p["device"]: p for p in node.heartbeat()["ports"]}
-    assert (ports["mlx5_2"]["state"], ports["mlx5_2"]["phys_state"]) == ("DOWN", "Polling")
-    assert ports["mlx5_2"]["sm"] is None and ports["mlx5_2"]["counters"]["link_downed"] == 1
-    assert (ports["mlx5_5"]["rate_gbps"], ports["mlx5_5"]["rate_text"]) == (200.0, "2X NDR")
+    ports = {p.device: p for p in node.heartbeat().ports}
+    assert (ports["mlx5_2"].state, ports["mlx5_2"].phys_state) == ("DOWN", "Polling")
+    assert ports["mlx5_2"].sm is None and ports["mlx5_2"].counters["link_downed"] == 1
+    assert (ports["mlx5_5"].rate_gbps, ports["mlx5_5"].rate_text) == (200.0, "2X NDR")
     a = analyze(parse(node.ib.discover(node.name, "mlx5_0")))  # type: ignore[union-attr]
     assert not [ad for ad in a["adapters"] if ad["description"] == f"{node.name} mlx5_2"]
     short = {(d["a"]["description"], d["rate_text"]) for d in a["degraded_links"]}
@@ -106,11 +107,11 @@ def test_a_cable_changed_live(tmp_path: Path, settings: Any) -> None:
     fabrics.write_event(path, "cable-down", node.name, [f"mlx5_{r}" for r in range(8)])
     cables.poll()
     beat = node.heartbeat()
-    assert beat["fabrics_changed"] is True and beat["fabrics_active"] == []
-    assert beat["subnet_managers"] == []
+    assert beat.fabrics_changed is True and beat.fabrics_active == []
+    assert beat.subnet_managers == []
     fabrics.write_event(path, "reset")
     cables.poll()
-    assert node.heartbeat()["fabrics_active"] == ["ib-a"]
+    assert node.heartbeat().fabrics_active == ["ib-a"]
 
 
 def test_the_simulated_fabrics_show_in_the_api_with_their_managers(

@@ -1,7 +1,9 @@
-"""The heartbeat's fast validator (msgspec) against HeartbeatSerializer, the
-authority: on canonical payloads they accept and refuse alike and produce
-the same data; on the lenient forms DRF coerces the fast one may refuse
-(the serializer then decides), but never accepts what DRF refuses."""
+"""The heartbeat's fast path (the body decoded straight into the Heartbeat
+struct) against the checked path (the body read by the strict reader, then
+converted into the same struct, every bad field named): they accept and
+refuse alike and produce the same data, and the checked path names a field
+whenever it refuses. The forms a lenient reader would coerce ("12" for 12,
+" /data " for "/data", 1 for true) are refused by both."""
 
 from __future__ import annotations
 
@@ -10,14 +12,16 @@ import re
 import sys
 from typing import Any
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from llmgw_agent.protocol.errors import field_errors
+from llmgw_agent.protocol.messages import Heartbeat
 
 from llmgw.inventory.api.agent_fast import decode_heartbeat
-from llmgw.inventory.api.agent_serializers import HeartbeatSerializer
 from tests.payloads import heartbeat
 
-# Text DRF keeps as it is: no surrounding whitespace, no NUL, no surrogate.
+# Text the protocol takes: no surrounding whitespace, no NUL, no surrogate.
 _inner = st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
 _edge = _inner.filter(lambda c: not c.isspace())
 
@@ -31,11 +35,10 @@ def clean_text(draw: Any, max_length: int) -> str:
 
 class Draw:
     """Draws a value per field kind, either valid or one of the known ways
-    to be wrong, and remembers whether any drawn value was one DRF coerces."""
+    to be wrong: strictly wrong, or a form a lenient reader would coerce."""
 
     def __init__(self, draw: Any) -> None:
         self.draw = draw
-        self.lenient = False
         # Half the payloads are clean throughout, so both sides get to accept.
         self.noisy = draw(st.booleans())
 
@@ -53,7 +56,6 @@ class Draw:
             return self.draw(valid)
         if kind == "invalid":
             return self.draw(st.sampled_from(strict_invalid))
-        self.lenient = True
         return self.draw(st.sampled_from(lenient))
 
     def text(self, max_length: int, blank: bool = False, null: bool = False) -> Any:
@@ -93,7 +95,7 @@ class Draw:
             if name in optional and self.draw(st.integers(0, 4)) == 0:
                 continue
             if name not in optional and self.noisy and self.draw(st.integers(0, 30)) == 0:
-                continue  # a required field missing: refused by both
+                continue  # a required field missing: refused
             out[name] = make()
         if self.draw(st.integers(0, 8)) == 0:
             out["unknown_extra"] = [1, {"x": None}]  # ignored by both
@@ -101,7 +103,7 @@ class Draw:
 
 
 @st.composite
-def payloads(draw: Any) -> tuple[dict[str, Any], bool]:
+def payloads(draw: Any) -> dict[str, Any]:
     d = Draw(draw)
 
     def filesystem() -> dict[str, Any]:
@@ -131,7 +133,6 @@ def payloads(draw: Any) -> tuple[dict[str, Any], bool]:
             "node": lambda: d.pick(
                 st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,20}\Z"),
                 ["-x", "", "a b", "x" * 254, "gpu-1\nx", None],
-                # DRF coerces a number to its string, which may then match.
                 [" gpu-1 ", "gpu-1\n", 5],
             ),
             "sent_at": lambda: d.pick(
@@ -201,12 +202,23 @@ def payloads(draw: Any) -> tuple[dict[str, Any], bool]:
         },
         {"sent_at", "cpu", "memory", "filesystems", "weights", "collectors"},
     )
-    return payload, d.lenient
+    return payload
 
 
 def canonical(data: dict[str, Any]) -> str:
     # Types matter (1 and 1.0 are stored differently), so compare as JSON.
     return json.dumps(data, sort_keys=True, default=repr)
+
+
+def checked(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """What HeartbeatView stores, or None when it refuses (naming a field)."""
+    try:
+        data: dict[str, Any] = msgspec.to_builtins(msgspec.convert(payload, Heartbeat))
+    except msgspec.ValidationError:
+        assert field_errors(payload, Heartbeat), "refused without naming a field"
+        return None
+    assert field_errors(payload, Heartbeat) == {}
+    return data
 
 
 @settings(
@@ -215,16 +227,14 @@ def canonical(data: dict[str, Any]) -> str:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(payloads())
-def test_the_fast_validator_agrees_with_the_serializer(drawn: tuple[dict[str, Any], bool]) -> None:
-    payload, lenient = drawn
+def test_the_fast_path_agrees_with_the_checked_path(payload: dict[str, Any]) -> None:
     fast = decode_heartbeat(json.dumps(payload).encode())
-    serializer = HeartbeatSerializer(data=payload)
-    drf_valid = serializer.is_valid()
-    if fast is not None:
-        assert drf_valid, f"fast path accepted what DRF refuses: {serializer.errors}"
-        assert canonical(fast) == canonical(dict(serializer.validated_data))
-    elif not lenient:
-        assert not drf_valid, "fast path refused a canonical payload DRF accepts"
+    slow = checked(payload)
+    if fast is None:
+        assert slow is None, "the fast path refused what the checked path takes"
+    else:
+        assert slow is not None, "the fast path took what the checked path refuses"
+        assert canonical(fast) == canonical(slow)
 
 
 def test_the_payload_of_the_protocol_takes_the_fast_path() -> None:
@@ -234,14 +244,14 @@ def test_the_payload_of_the_protocol_takes_the_fast_path() -> None:
         collectors=[{"name": "cpu", "ok": True, "seconds": 0.001, "error": None}],
     )
     fast = decode_heartbeat(json.dumps(payload).encode())
-    serializer = HeartbeatSerializer(data=payload)
-    assert serializer.is_valid() and fast is not None
-    assert canonical(fast) == canonical(dict(serializer.validated_data))
+    assert fast is not None
+    assert canonical(fast) == canonical(checked(payload))  # type: ignore[arg-type]
 
 
 def test_whitespace_means_what_str_strip_means() -> None:
-    # The fast patterns refuse surrounding whitespace with \s; DRF strips it
-    # with str.strip(). They must agree on every code point.
+    # The protocol's text patterns refuse surrounding whitespace with \s; a
+    # string with any is what str.strip() would change. They must agree on
+    # every code point.
     space = re.compile(r"\s")
     assert [
         c for c in map(chr, range(sys.maxunicode + 1)) if bool(space.match(c)) != (c.strip() == "")

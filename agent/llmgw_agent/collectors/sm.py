@@ -4,7 +4,7 @@ Two separate fabrics given one name in agent.yaml would have a replica spread ac
 hanging on its first collective. Every port of one fabric sees the same master subnet
 manager and ports on separate fabrics cannot, so each active IB port reports its master
 (`sminfo`), and one port per master lists every manager on that fabric (`saquery SMIR`):
-managers listed together are one fabric (see llmgw_agent.fabric_identity).
+managers listed together are one fabric (see llmgw_agent.protocol.fabric_identity).
 
 Commands go through the runner, so agent.yaml's command_wrapper (sudo -n, nsenter) applies.
 """
@@ -15,7 +15,7 @@ import logging
 import re
 from typing import Any
 
-from ..fabric_identity import normalize_guid
+from ..protocol.fabric_identity import normalize_guid
 from .ib_sysfs import Port, read_ports
 from .registry import CommandResult, Roots, collector
 

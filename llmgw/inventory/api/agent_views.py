@@ -1,5 +1,5 @@
-"""The agent API: join, register, heartbeat. Thin: validate, then call the
-service."""
+"""The agent API: join, register, heartbeat. Thin: decode into the
+protocol's structs (llmgw_agent.protocol), then call the service."""
 
 from __future__ import annotations
 
@@ -10,15 +10,17 @@ import msgspec
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework import serializers, status
+from drf_spectacular.utils import extend_schema
+from llmgw_agent.protocol.errors import field_errors
+from llmgw_agent.protocol.messages import Answer, Heartbeat, Join, Joined, Message, Registration
+from rest_framework import status
 from rest_framework.permissions import AllowAny, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from llmgw.inventory import credentials, services
-from llmgw.inventory.api import agent_serializers as s
-from llmgw.inventory.api.agent_fast import decode_heartbeat
+from llmgw.inventory.api.agent_fast import decode_heartbeat, json_schema
 from llmgw.inventory.api.auth import NodeCredentialAuthentication
 from llmgw.inventory.models import Node
 from llmgw.validation import Refused, loads
@@ -36,7 +38,7 @@ def _errors(errors: dict[str, list[str]], code: int = status.HTTP_400_BAD_REQUES
 class AgentView(APIView):
     authentication_classes = [NodeCredentialAuthentication]
     permission_classes = [IsNode]
-    serializer_class: type[serializers.Serializer] = s.Envelope
+    message: type[Message] = Message
 
     def parse(self, request: Request) -> tuple[dict[str, Any] | None, Response | None]:
         # Read the raw body ourselves: the size limit must bite before JSON
@@ -60,10 +62,10 @@ class AgentView(APIView):
             return None, _errors(refused.errors)
         if not isinstance(raw, dict):
             return None, _errors({"payload": ["expected a JSON object"]})
-        serializer = self.serializer_class(data=raw)
-        if not serializer.is_valid():
-            return None, _errors(s.flatten_errors(serializer.errors))
-        data = dict(serializer.validated_data)
+        try:
+            data: dict[str, Any] = msgspec.to_builtins(msgspec.convert(raw, self.message))
+        except msgspec.ValidationError:
+            return None, _errors(field_errors(raw, self.message))
         if data["node"] != request.auth.name:
             services.refuse_impersonation(request.auth, data["node"], request.path)
             return None, Response(
@@ -84,8 +86,12 @@ def peer_address(request: Request) -> str | None:
 
 
 class RegisterView(AgentView):
-    serializer_class = s.RegisterSerializer
+    message = Registration
 
+    @extend_schema(
+        request={"application/json": json_schema(Registration)},
+        responses={200: json_schema(Answer)},
+    )
     def post(self, request: Request) -> Response:
         data, refusal = self.parse(request)
         if refusal:
@@ -95,8 +101,12 @@ class RegisterView(AgentView):
 
 
 class HeartbeatView(AgentView):
-    serializer_class = s.HeartbeatSerializer
+    message = Heartbeat
 
+    @extend_schema(
+        request={"application/json": json_schema(Heartbeat)},
+        responses={200: json_schema(Answer)},
+    )
     def post(self, request: Request) -> Response:
         data, refusal = self.parse(request)
         if refusal:
@@ -104,7 +114,7 @@ class HeartbeatView(AgentView):
         return Response(services.heartbeat(request.auth, data))
 
 
-_serializer_view = HeartbeatView.as_view()
+_checked_view = HeartbeatView.as_view()
 _encode = msgspec.json.Encoder().encode
 
 
@@ -120,7 +130,7 @@ def heartbeat(request: HttpRequest) -> HttpResponse:
     record. Nothing is written before that hand-over."""
     answer = _fast_heartbeat(request) if request.method == "POST" else None
     if answer is None:
-        return _serializer_view(request)
+        return _checked_view(request)
     response = HttpResponse(_encode(answer), content_type="application/json")
     # What a DRF Response carries, so the two paths are indistinguishable.
     response["Vary"] = "Accept"
@@ -162,20 +172,25 @@ def _fast_heartbeat(request: HttpRequest) -> dict[str, Any] | None:
 class JoinView(AgentView):
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
-    serializer_class = s.JoinSerializer
+    message = Join
 
+    @extend_schema(
+        request={"application/json": json_schema(Join)},
+        responses={200: json_schema(Joined)},
+    )
     def post(self, request: Request) -> Response:
         body = request._request.body
         try:
             raw = loads(body)
         except Refused as refused:
             return _errors(refused.errors)
-        serializer = s.JoinSerializer(data=raw if isinstance(raw, dict) else {})
-        if not serializer.is_valid():
-            return _errors(s.flatten_errors(serializer.errors))
-        data = serializer.validated_data
+        raw = raw if isinstance(raw, dict) else {}
         try:
-            credential = services.join(data["node"], data["token"])
+            join = msgspec.convert(raw, Join)
+        except msgspec.ValidationError:
+            return _errors(field_errors(raw, Join))
+        try:
+            credential = services.join(join.node, join.token)
         except services.InventoryError as exc:
             return Response({"errors": {"token": [str(exc)]}}, status=status.HTTP_403_FORBIDDEN)
-        return Response({"node": data["node"], "credential": credential})
+        return Response(msgspec.to_builtins(Joined(node=join.node, credential=credential)))

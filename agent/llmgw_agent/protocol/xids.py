@@ -8,7 +8,7 @@ the card is fine and the next job will run. The codes below say the card itself 
 a GPU reset, a node reboot or a technician before it can be trusted with work, so a GPU
 that reported one since its last reset is not free.
 
-The server imports this module (`from llmgw_agent.xids import HARDWARE_XIDS,
+The server imports this module (`from llmgw_agent.protocol.xids import HARDWARE_XIDS,
 is_hardware_xid`), so the agent and the control plane can never disagree about a code.
 
 Source: NVIDIA's XID catalog, https://docs.nvidia.com/deploy/xid-errors/ (the

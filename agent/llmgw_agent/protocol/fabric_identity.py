@@ -1,6 +1,7 @@
 """A physical InfiniBand fabric's identity, from the subnet managers listed on it.
 
-Pure and dependency-free so the control plane imports the very same rule.
+Pure and dependency-free so the control plane imports the very same rule, and
+the one GUID spelling every tool's output is turned into.
 
 The master subnet manager is not an identity: it changes on a failover, and for the minute
 its ports took to agree one fabric read as two. Every manager `saquery SMIR` lists belongs to
@@ -12,17 +13,29 @@ renames a fabric.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+# 1 to 16 hex digits, "0x" optional: what ibnetdiscover, sminfo and saquery
+# print. Nothing int() would also take ("+1", "1_0", 17 digits of leading
+# zeros): a GUID that is not spelt like one is a parse error, not a guess.
+_GUID = re.compile(r"(?:0x)?([0-9a-f]{1,16})\Z")
+
 
 def normalize_guid(text: str) -> str:
-    """GUID text as any tool prints it, e.g. "0x2C90200259201" or "0002:c902:0025:9201" -> "0x0002c90200259201"."""
-    raw = text.strip().lower().replace(":", "")
-    value = int(raw, 16)  # accepts the 0x prefix
-    if not 0 <= value < 1 << 64:
-        raise ValueError(f"not a 64-bit GUID: {text!r}")
-    return f"0x{value:016x}"
+    """GUID text as any tool prints it, e.g. "0x2C90200259201", "100005" or
+    "0002:c902:0025:9201" (a GID's colon groups) -> "0x0002c90200259201"."""
+    raw = text.strip().lower()
+    if ":" in raw:
+        groups = raw.split(":")
+        if len(groups) != 4 or not all(len(g) == 4 for g in groups):
+            raise ValueError(f"not a GUID: {text!r}")
+        raw = "".join(groups)
+    found = _GUID.match(raw)
+    if found is None:
+        raise ValueError(f"not a GUID: {text!r}")
+    return "0x" + found.group(1).rjust(16, "0")
 
 
 def _guids(managers: Iterable[Mapping[str, Any] | str]) -> set[str]:
