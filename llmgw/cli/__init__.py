@@ -3,6 +3,10 @@
 `llmgw ctl ...` talks to the REST API only (a URL and a token), so it works
 from an operator's laptop. The other commands run beside the control plane
 and use its database directly.
+
+Every command is one entry of COMMANDS: its help, its arguments, and the
+handler that imports what it needs only once it is chosen, so `llmgw ctl`
+on a laptop never loads Django.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 
 
 def _django() -> None:
@@ -17,6 +23,183 @@ def _django() -> None:
     import django
 
     django.setup()
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    # Given the parsed arguments; with `django`, after Django is set up.
+    run: Callable[[argparse.Namespace], int] | None = None
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    django: bool = False
+    # A command with a parser of its own gets the words after its name and
+    # `prefix` unparsed, `--help` included.
+    forward: Callable[[list[str]], int] | None = None
+    prefix: tuple[str, ...] = ()
+
+
+def _ctl(rest: list[str]) -> int:
+    from llmgw.cli import ctl
+
+    return ctl.main(rest)
+
+
+def _engine_pack(rest: list[str]) -> int:
+    from llmgw.cli.engine_pack import main as pack_main
+
+    return pack_main(rest)
+
+
+def _fabric(rest: list[str]) -> int:
+    from llmgw.fabrics.cli import main as fabric_main
+
+    return fabric_main(rest)
+
+
+def _node_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    sub.add_parser("add", help="create a node and print its one-time join token").add_argument(
+        "name"
+    )
+    sub.add_parser("revoke", help="revoke a node's credential").add_argument("name")
+
+
+def _node(args: argparse.Namespace) -> int:
+    from llmgw.cli.server import node_command
+
+    return node_command(args.action, args.name)
+
+
+def _catalog_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    sub.add_parser("apply", help="apply server.yaml whole, or refuse it whole").add_argument("file")
+
+
+def _catalog(args: argparse.Namespace) -> int:
+    from llmgw.cli.server import catalog_command
+
+    return catalog_command(args.file)
+
+
+def _simulate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", type=int, default=12)
+    parser.add_argument("--server", default=os.environ.get("LLMGW_URL", "http://127.0.0.1:8000"))
+    parser.add_argument(
+        "--interval", type=float, default=10.0, help="heartbeat interval in seconds"
+    )
+    parser.add_argument("--prefix", default="sim")
+    parser.add_argument(
+        "--nvl72-trays", type=int, default=18, help="GB200 trays of one NVLink domain (0: none)"
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="register and send one heartbeat each, then exit"
+    )
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from llmgw.cli.simulate import run
+
+    return run(args.server, args.nodes, args.interval, args.prefix, args.once, args.nvl72_trays)
+
+
+def _event_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action", choices=["cable-down", "cable-short", "cable-up", "tray-out", "tray-in", "reset"]
+    )
+    parser.add_argument("node", nargs="?", default="")
+    parser.add_argument("devices", nargs="*")
+
+
+def _event(args: argparse.Namespace) -> int:
+    from llmgw.cli.simulate import event
+
+    return event(args.action, args.node, args.devices)
+
+
+def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", help="the agent's agent.yaml, for its /proc, /sys and command wrapper"
+    )
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    # Runs the agent's own checks on this machine; no control plane needed.
+    from llmgw_agent.doctor import print_report
+    from llmgw_agent.payload import roots_for
+
+    if args.config:
+        from llmgw_agent.config import load_config
+
+        return print_report(roots_for(load_config(args.config)))
+    from llmgw_agent.collectors import Roots
+
+    return print_report(Roots())
+
+
+def _worker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--concurrency", type=int, default=1)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from llmgw.cli.server import worker_command
+
+    return worker_command(args.concurrency)
+
+
+# In the order `llmgw --help` lists them.
+COMMANDS = (
+    Command("ctl", "talk to the REST API (see `llmgw ctl --help`)", forward=_ctl),
+    Command(
+        "node",
+        "add or revoke a node's identity",
+        _node,
+        _node_arguments,
+        django=True,
+    ),
+    Command(
+        "catalog",
+        "load models, profiles and engines",
+        _catalog,
+        _catalog_arguments,
+        django=True,
+    ),
+    Command(
+        "engine",
+        "engine pack BUILD_DIR --version V --out DIR: a release-shaped archive",
+        forward=_engine_pack,
+        prefix=("pack",),
+    ),
+    Command("fabric", "InfiniBand fabric tools", forward=_fabric),
+    Command(
+        "simulate",
+        "run simulated agents against the control plane",
+        _simulate,
+        _simulate_arguments,
+        django=True,
+    ),
+    Command(
+        "simulate-event",
+        "change the simulated fleet live: cable-down|cable-short|cable-up NODE DEVICE|all, "
+        "tray-out|tray-in NODE, reset",
+        _event,
+        _event_arguments,
+        django=True,
+    ),
+    Command(
+        "doctor",
+        "on a node: check GPU fabric joining, bandwidth and IMEX",
+        _doctor,
+        _doctor_arguments,
+    ),
+    Command(
+        "worker",
+        "run the background worker and its schedule",
+        _worker,
+        _worker_arguments,
+        django=True,
+    ),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,109 +219,25 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    for command in COMMANDS:
+        words = [command.name, *command.prefix]
+        if command.forward is not None and argv[: len(words)] == words:
+            return command.forward(argv[len(words) :])
     parser = argparse.ArgumentParser(prog="llmgw", description="llmgw control plane")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("ctl", help="talk to the REST API (see `llmgw ctl --help`)", add_help=False)
-    node = sub.add_parser("node", help="add or revoke a node's identity")
-    node_sub = node.add_subparsers(dest="action", required=True)
-    node_sub.add_parser("add", help="create a node and print its one-time join token").add_argument(
-        "name"
-    )
-    node_sub.add_parser("revoke", help="revoke a node's credential").add_argument("name")
-    catalog = sub.add_parser("catalog", help="load models, profiles and engines")
-    catalog_sub = catalog.add_subparsers(dest="action", required=True)
-    catalog_sub.add_parser(
-        "apply", help="apply server.yaml whole, or refuse it whole"
-    ).add_argument("file")
-    sub.add_parser(
-        "engine",
-        help="engine pack BUILD_DIR --version V --out DIR: a release-shaped archive",
-        add_help=False,
-    )
-    fabric = sub.add_parser("fabric", help="InfiniBand fabric tools", add_help=False)
-    fabric.add_argument("rest", nargs=argparse.REMAINDER)
-    sim = sub.add_parser("simulate", help="run simulated agents against the control plane")
-    sim.add_argument("--nodes", type=int, default=12)
-    sim.add_argument("--server", default=os.environ.get("LLMGW_URL", "http://127.0.0.1:8000"))
-    sim.add_argument("--interval", type=float, default=10.0, help="heartbeat interval in seconds")
-    sim.add_argument("--prefix", default="sim")
-    sim.add_argument(
-        "--nvl72-trays", type=int, default=18, help="GB200 trays of one NVLink domain (0: none)"
-    )
-    sim.add_argument(
-        "--once", action="store_true", help="register and send one heartbeat each, then exit"
-    )
-    event = sub.add_parser(
-        "simulate-event",
-        help="change the simulated fleet live: cable-down|cable-short|cable-up NODE DEVICE|all, "
-        "tray-out|tray-in NODE, reset",
-    )
-    event.add_argument(
-        "action", choices=["cable-down", "cable-short", "cable-up", "tray-out", "tray-in", "reset"]
-    )
-    event.add_argument("node", nargs="?", default="")
-    event.add_argument("devices", nargs="*")
-    doctor = sub.add_parser(
-        "doctor", help="on a node: check GPU fabric joining, bandwidth and IMEX"
-    )
-    doctor.add_argument(
-        "--config", help="the agent's agent.yaml, for its /proc, /sys and command wrapper"
-    )
-    worker = sub.add_parser("worker", help="run the background worker and its schedule")
-    worker.add_argument("--concurrency", type=int, default=1)
-
-    if argv[:1] == ["ctl"]:
-        from llmgw.cli import ctl
-
-        return ctl.main(argv[1:])
-    if argv[:2] == ["engine", "pack"]:
-        from llmgw.cli.engine_pack import main as pack_main
-
-        return pack_main(argv[2:])
-    if argv[:1] == ["fabric"]:
-        from llmgw.fabrics.cli import main as fabric_main
-
-        return fabric_main(argv[1:])
+    for command in COMMANDS:
+        # A forwarded command's --help is its own parser's.
+        each = sub.add_parser(command.name, help=command.help, add_help=command.forward is None)
+        if command.arguments is not None:
+            command.arguments(each)
     args = parser.parse_args(argv)
-    if args.command == "catalog":
+    chosen = next(c for c in COMMANDS if c.name == args.command)
+    if chosen.run is None:
+        # `llmgw engine` without `pack`: nothing to run.
+        parser.error(f"unknown command {args.command}")
+    if chosen.django:
         _django()
-        from llmgw.cli.server import catalog_command
-
-        return catalog_command(args.file)
-    if args.command == "node":
-        _django()
-        from llmgw.cli.server import node_command
-
-        return node_command(args.action, args.name)
-    if args.command == "simulate":
-        _django()
-        from llmgw.cli.simulate import run
-
-        return run(args.server, args.nodes, args.interval, args.prefix, args.once, args.nvl72_trays)
-    if args.command == "simulate-event":
-        _django()
-        from llmgw.cli.simulate import event
-
-        return event(args.action, args.node, args.devices)
-    if args.command == "doctor":
-        # Runs the agent's own checks on this machine; no control plane needed.
-        from llmgw_agent.doctor import print_report
-        from llmgw_agent.payload import roots_for
-
-        if args.config:
-            from llmgw_agent.config import load_config
-
-            return print_report(roots_for(load_config(args.config)))
-        from llmgw_agent.collectors import Roots
-
-        return print_report(Roots())
-    if args.command == "worker":
-        _django()
-        from llmgw.cli.server import worker_command
-
-        return worker_command(args.concurrency)
-    parser.error(f"unknown command {args.command}")
-    return 2
+    return chosen.run(args)
 
 
 if __name__ == "__main__":
