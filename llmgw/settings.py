@@ -101,6 +101,15 @@ TEMPLATES = [
 DATABASE_URL = env.url("DATABASE_URL", ("postgres", "postgresql", "sqlite"))
 # Connections a web or worker process may hold at once (psycopg's pool).
 DATABASE_POOL_MAX = env.integer("LLMGW_DB_POOL_MAX", 8, minimum=1)
+# A statement the server runs longer than this is cancelled by the server.
+DATABASE_STATEMENT_TIMEOUT_S = env.integer("LLMGW_DB_STATEMENT_TIMEOUT_S", 5, minimum=0)
+# A round trip still unanswered this long is cut by the client
+# (llmgw.database.deadline): a hung server cancels nothing itself. Later
+# than the server's own timeout, so a server that is merely slow answers
+# first; by default sooner than an agent's 10 s, so the agent reads a 503.
+DATABASE_DEADLINE_S = float(
+    env.integer("LLMGW_DB_DEADLINE_S", max(DATABASE_STATEMENT_TIMEOUT_S, 5) + 3, minimum=1)
+)
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
 if DATABASE_URL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
@@ -109,6 +118,8 @@ if DATABASE_URL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # thread, so every request left one behind, idle, until PostgreSQL had
     # none left. The pool bounds a process's connections and reuses them.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # Django's backend with a client-side deadline on each round trip.
+    DATABASES["default"]["ENGINE"] = "llmgw.database"
     DATABASES["default"]["OPTIONS"] = {
         "pool": {
             "min_size": 1,
@@ -117,6 +128,9 @@ if DATABASE_URL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
             "timeout": env.integer("LLMGW_DB_POOL_TIMEOUT_S", 10, minimum=1),
         },
         "connect_timeout": 5,
+        # The server cancels a statement that runs this long (a slow query,
+        # a lock waited on); 0 turns it off.
+        "options": f"-c statement_timeout={DATABASE_STATEMENT_TIMEOUT_S * 1000}",
     }
 elif DATABASE_URL:
     DATABASES["default"]["CONN_MAX_AGE"] = 60
