@@ -35,7 +35,7 @@ lint: venv-test
 	$(BIN)/ruff format --check .
 
 typecheck: venv-test
-	$(BIN)/mypy --strict agent/llmgw_agent llmgw/placement/types.py llmgw/placement/scheduler.py
+	$(BIN)/mypy --strict agent/llmgw_agent llmgw/placement/types.py llmgw/placement/scheduler.py llmgw/placement/index.py llmgw/placement/refusals.py
 
 fmt: venv-test
 	$(BIN)/ruff check --fix .

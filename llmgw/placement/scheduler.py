@@ -1,10 +1,11 @@
 """The scheduler: highest-priority profile that fits, and why not elsewhere.
 
 Pure: views in, a decision and its explanation out. `Inventory` is a working
-copy of the fleet indexed for placement (free GPUs bucketed by count, the
-rules that allocations cannot change cached per profile), so a decision costs
-a few bucket lookups instead of a pass over every node; `apply` updates the
-copy, which is how headroom dry-runs the scheduler.
+copy of the fleet indexed for placement (index.py: free GPUs bucketed by
+count, the rules that allocations cannot change cached per profile), so a
+decision costs a few bucket lookups instead of a pass over every node;
+`apply` updates the copy, which is how headroom dry-runs the scheduler. Why
+every other node was refused is refusals.py's.
 
 Preference order, all among nodes that satisfy every rule:
 - the fewest replicas of the model already on the node, then in its rack
@@ -24,21 +25,14 @@ Preference order, all among nodes that satisfy every rule:
 from __future__ import annotations
 
 import weakref
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from functools import partial
 
-from . import multinode
-from .checks import (
-    NodeState,
-    Replicas,
-    dynamic_refusal,
-    fabric_adapters,
-    pick_gpus,
-    plural,
-    static_refusal,
-)
+from . import multinode, refusals
+from .checks import NodeState, Replicas, fabric_adapters, static_refusal
+from .index import Eligible, StaticKey, Tier, fit, static_key, tier_of
 from .types import (
     RACK,
     Decision,
@@ -46,244 +40,11 @@ from .types import (
     NodeView,
     Placement,
     Profile,
-    Reason,
     Rejection,
     RejectionSource,
     Shard,
     gc_paused,
 )
-
-_StaticKey = tuple[object, ...]
-
-
-def _static_key(p: Profile) -> _StaticKey:
-    # Everything static_refusal reads; profiles that share it share an index.
-    return (
-        p.gpu_class,
-        p.min_memory_bytes,
-        p.engine,
-        p.engine_version,
-        tuple(sorted(p.node_selector.items())),
-    )
-
-
-class _Grid:
-    """Nodes by (free GPUs of a class, free GPUs in the largest NVLink island).
-
-    Best fit walks the first upwards and skips nodes whose islands are too
-    broken up for the tensor-parallel group, which on a half-full fleet would
-    otherwise be most of it. Each cell is sorted, so ties go in node order.
-    Each row keeps a count of its nodes and empty rows on top are dropped, so
-    a walk passes what is empty without looking in it: most of one model's
-    tiers (see _Spread) hold no node with many GPUs free.
-    """
-
-    __slots__ = ("cells", "sizes")
-
-    def __init__(self) -> None:
-        self.cells: list[list[list[int]]] = []
-        self.sizes: list[int] = []
-
-    def copy(self) -> _Grid:
-        other = _Grid()
-        other.cells = [[list(cell) for cell in row] for row in self.cells]
-        other.sizes = list(self.sizes)
-        return other
-
-    def cell(self, count: int, island: int) -> list[int]:
-        while len(self.cells) <= count:
-            self.cells.append([])
-            self.sizes.append(0)
-        row = self.cells[count]
-        while len(row) <= island:
-            row.append([])
-        return row[island]
-
-    def move(self, ordinal: int, old: tuple[int, int], new: tuple[int, int]) -> None:
-        self.remove(ordinal, old)
-        self.add(ordinal, new)
-
-    def remove(self, ordinal: int, shape: tuple[int, int]) -> None:
-        cell = self.cells[shape[0]][shape[1]]
-        del cell[bisect_left(cell, ordinal)]
-        sizes = self.sizes
-        sizes[shape[0]] -= 1
-        # No empty rows on top: a walk for more GPUs than any node has free
-        # ends before it starts.
-        while sizes and not sizes[-1]:
-            sizes.pop()
-            self.cells.pop()
-
-    def add(self, ordinal: int, shape: tuple[int, int]) -> None:
-        count, island = shape
-        try:
-            cell = self.cells[count][island]
-        except IndexError:
-            cell = self.cell(count, island)
-        insort(cell, ordinal)
-        self.sizes[count] += 1
-
-    def best_fit(
-        self, nodes: list[NodeState], p: Profile, mem: int
-    ) -> tuple[NodeState, tuple[int, ...]] | None:
-        group = min(p.tensor_parallel, p.gpus_per_shard)
-        sizes = self.sizes
-        for count in range(p.gpus_per_shard, len(sizes)):
-            if not sizes[count]:
-                continue
-            row = self.cells[count]
-            # The first fit in node order among this count's island cells.
-            found: tuple[NodeState, tuple[int, ...]] | None = None
-            for cell in row[group:]:
-                for o in cell:
-                    if found is not None and o > found[0].ordinal:
-                        break
-                    n = nodes[o]
-                    gpus = _fit(n, p, mem)
-                    if gpus is not None:
-                        found = (n, gpus)
-                        break
-            if found is not None:
-                return found
-        return None
-
-
-# (replicas of the model on the node, in its rack, the node lacks its weights)
-Tier = tuple[int, int, bool]
-BASE: Tier = (0, 0, True)
-
-
-def _tier(replicas: Replicas, n: NodeState, model: str) -> Tier:
-    mine, rack = replicas.of(n, model)
-    return mine, rack, model not in n.view.holds_weights
-
-
-class _Spread:
-    """One model's eligible nodes by tier, a grid each, tried lowest first.
-
-    Built for a model once it runs somewhere: best fit within a tier, and
-    never a node with more of its replicas while one with fewer fits. Most
-    of the fleet is in the base tier (none of the model's replicas on the
-    node or in its rack, nor its weights): a copy of the profile's grid less
-    the few nodes that are not.
-    """
-
-    __slots__ = ("tiers", "order")
-
-    def __init__(self) -> None:
-        self.tiers: dict[Tier, _Grid] = {}
-        # The tiers that hold a node, lowest first.
-        self.order: list[Tier] = []
-
-    def copy(self) -> _Spread:
-        other = _Spread()
-        other.tiers = {t: g.copy() for t, g in self.tiers.items()}
-        other.order = list(self.order)
-        return other
-
-    def add(self, tier: Tier, ordinal: int, shape: tuple[int, int]) -> None:
-        grid = self.tiers.get(tier)
-        if grid is None:
-            grid = self.tiers[tier] = _Grid()
-            insort(self.order, tier)
-        grid.add(ordinal, shape)
-
-    def remove(self, tier: Tier, ordinal: int, shape: tuple[int, int]) -> None:
-        grid = self.tiers[tier]
-        grid.remove(ordinal, shape)
-        # Its rows are trimmed as they empty: none left is no node left.
-        if not grid.sizes:
-            del self.tiers[tier]
-            self.order.remove(tier)
-
-    def refile(
-        self, ordinal: int, tier: Tier, shape: tuple[int, int], now: Tier, to: tuple[int, int]
-    ) -> None:
-        if (tier, shape) != (now, to):
-            self.remove(tier, ordinal, shape)
-            self.add(now, ordinal, to)
-
-    def best_fit(
-        self, nodes: list[NodeState], p: Profile, mem: int
-    ) -> tuple[NodeState, tuple[int, ...]] | None:
-        gps = p.gpus_per_shard
-        for tier in self.order:
-            grid = self.tiers[tier]
-            # Past the first few, a tier's nodes mostly have too few GPUs free.
-            if len(grid.sizes) > gps:
-                found = grid.best_fit(nodes, p, mem)
-                if found is not None:
-                    return found
-        return None
-
-
-class _Eligible:
-    """The nodes one kind of profile may use at all, and their grids.
-
-    Kept per profile kind rather than once for the fleet, so a profile that
-    only a tenth of the fleet may take scans that tenth, not the rest; a
-    grid per model of the nodes holding its weights, so preferring them does
-    not mean visiting every one of them on every decision; and, once a model
-    runs somewhere, its nodes by tier, so spreading it does not either.
-    """
-
-    __slots__ = ("gpu_class", "ok", "ordered", "grid", "holders", "spread")
-
-    def __init__(self, gpu_class: str | None, ok: list[NodeState]) -> None:
-        self.gpu_class = gpu_class
-        self.ok = frozenset(n.ordinal for n in ok)
-        self.ordered = [n.ordinal for n in ok]
-        self.grid = self._grid(ok)
-        self.holders: dict[str, _Grid] = {}
-        self.spread: dict[str, _Spread] = {}
-
-    def _grid(self, nodes: list[NodeState]) -> _Grid:
-        grid = _Grid()
-        if self.gpu_class is not None:
-            for n in nodes:
-                grid.cell(*n.gpu_shape(self.gpu_class)).append(n.ordinal)
-            grid.sizes = [sum(map(len, row)) for row in grid.cells]
-        return grid
-
-    def holder_grid(self, model: str, holders: list[NodeState]) -> _Grid:
-        grid = self.holders.get(model)
-        if grid is None:
-            grid = self.holders[model] = self._grid([n for n in holders if n.ordinal in self.ok])
-        return grid
-
-    def spread_grid(
-        self, model: str, nodes: list[NodeState], near: set[int], replicas: Replicas
-    ) -> _Spread:
-        assert self.gpu_class is not None
-        spread = self.spread[model] = _Spread()
-        base = self.grid.copy()
-        if base.sizes:
-            spread.tiers[BASE], spread.order = base, [BASE]
-        for o in near & self.ok:
-            n = nodes[o]
-            tier = _tier(replicas, n, model)
-            if tier != BASE:
-                shape = n.gpu_shape(self.gpu_class)
-                spread.remove(BASE, o, shape)
-                spread.add(tier, o, shape)
-        return spread
-
-    def copy(self) -> _Eligible:
-        other = _Eligible.__new__(_Eligible)
-        other.gpu_class, other.ok, other.ordered = self.gpu_class, self.ok, self.ordered
-        other.grid = self.grid.copy()
-        other.holders = {m: g.copy() for m, g in self.holders.items()}
-        other.spread = {m: s.copy() for m, s in self.spread.items()}
-        return other
-
-
-def _fit(n: NodeState, p: Profile, mem: int) -> tuple[int, ...] | None:
-    if mem and n.free_mem is not None and n.free_mem < mem:
-        return None
-    cores = p.cpu_cores
-    if cores and n.free_cores is not None and n.free_cores < cores:
-        return None
-    return pick_gpus(n, p)
 
 
 class Inventory:
@@ -311,16 +72,16 @@ class Inventory:
             if rack is not None:
                 self._racks.setdefault(rack, []).append(n.ordinal)
         # Built on first use of each kind of profile, then kept up to date.
-        self._eligible_by_key: dict[_StaticKey, _Eligible] = {}
+        self._eligible_by_key: dict[StaticKey, Eligible] = {}
         self._pending: weakref.WeakSet[Explanation] = weakref.WeakSet()
 
-    def _eligible(self, p: Profile) -> _Eligible:
-        key = _static_key(p)
+    def _eligible(self, p: Profile) -> Eligible:
+        key = static_key(p)
         eligible = self._eligible_by_key.get(key)
         if eligible is None:
             with gc_paused():
                 ok = [n for n in self._nodes if static_refusal(n, p) is None]
-                eligible = _Eligible(p.gpu_class, ok)
+                eligible = Eligible(p.gpu_class, ok)
             self._eligible_by_key[key] = eligible
         return eligible
 
@@ -417,7 +178,7 @@ class Inventory:
                 break
             for o in pool:
                 n = self._nodes[o]
-                if _fit(n, p, mem) is None:
+                if fit(n, p, mem) is None:
                     continue
                 mine, rack = self._replicas.of(n, model) if hosted else (0, 0)
                 # GPU nodes last, keeping their cards reachable; used nodes
@@ -434,7 +195,7 @@ class Inventory:
         out: list[multinode.Candidate] = []
         for o in self._eligible(p).ordered:
             n = self._nodes[o]
-            gpus = _fit(n, p, mem)
+            gpus = fit(n, p, mem)
             if gpus is not None:
                 out.append((n, gpus))
         return out
@@ -519,10 +280,10 @@ class Inventory:
             replicas = self._replicas
             if rack is not None:
                 others = [self._nodes[o] for o in self._racks[rack] if o != n.ordinal]
-                was_others = [_tier(replicas, m, model) for m in others]
-            was = _tier(replicas, n, model)
+                was_others = [tier_of(replicas, m, model) for m in others]
+            was = tier_of(replicas, n, model)
             replicas.add(model, n)
-            now = _tier(replicas, n, model)
+            now = tier_of(replicas, n, model)
             for e in self._eligible_by_key.values():
                 cls = e.gpu_class
                 if cls is None:
@@ -534,7 +295,7 @@ class Inventory:
                     for o, t in zip(others, was_others, strict=True):
                         if o.ordinal in e.ok:
                             shape = o.gpu_shape(cls)
-                            mine.refile(o.ordinal, t, shape, _tier(replicas, o, model), shape)
+                            mine.refile(o.ordinal, t, shape, tier_of(replicas, o, model), shape)
                 if n.ordinal not in e.ok:
                     continue
                 # A class with no free card before has none after: (0, 0) both.
@@ -549,79 +310,15 @@ class Inventory:
                     if m == model:
                         spread.refile(n.ordinal, was, old, now, new)
                     elif new != old:
-                        spread.tiers[_tier(replicas, n, m)].move(n.ordinal, old, new)
+                        spread.tiers[tier_of(replicas, n, m)].move(n.ordinal, old, new)
 
     # -- explaining -------------------------------------------------------
 
     def _explain(self, model: str, p: Profile, decision: Decision | None) -> tuple[Rejection, ...]:
-        chosen = {s.node: s for s in decision.shards} if decision else {}
-        out: list[tuple[int, Rejection]] = []
-        cands: list[multinode.Candidate] = []
         ok = self._eligible(p).ok
-        for n in self._nodes:
-            name = n.view.name
-            if name in chosen:
-                # The replica's own nodes stay candidates, so the multi-node
-                # choice is re-made over the same set it was made from.
-                if p.nodes_per_replica > 1:
-                    cands.append((n, chosen[name].gpu_indices))
-                continue
-            # Rules no decision changes were settled when the index was built.
-            refusal = dynamic_refusal(n, p) if n.ordinal in ok else static_refusal(n, p)
-            if refusal is not None:
-                out.append((n.ordinal, Rejection(name, refusal[0], refusal[1], p.name)))
-            else:
-                gpus = pick_gpus(n, p)
-                assert gpus is not None
-                cands.append((n, gpus))
-        if p.nodes_per_replica > 1:
-            unchosen = multinode.unchosen(cands, p, model, self._replicas)
-            for o, (reason, message) in unchosen.items():
-                out.append((o, Rejection(self._nodes[o].view.name, reason, message, p.name)))
-        else:
-            # A single-node profile with any candidate always places.
-            assert decision is not None or not cands
-            for n, _ in cands:
-                assert decision is not None
-                message = self._not_preferred(model, p, n, decision.shards[0])
-                out.append(
-                    (n.ordinal, Rejection(n.view.name, Reason.NOT_PREFERRED, message, p.name))
-                )
-        out.sort(key=lambda r: r[0])
-        return tuple(r for _, r in out)
-
-    def _not_preferred(self, model: str, p: Profile, n: NodeState, shard: Shard) -> str:
-        name = n.view.name
-        winner = self._by_name[shard.node]
-        # Counted before the decision was applied, as everything here is.
-        near, far = self._replicas.of(n, model), self._replicas.of(winner, model)
-        if near[0] > far[0]:
-            return (
-                f"{name} fits, but holds {plural(near[0], 'replica')} of this model already "
-                f"and {winner.view.name} holds {far[0] or 'none'}"
-            )
-        if near[1] > far[1]:
-            other = winner.view.labels.get(RACK)
-            there = (
-                f"{winner.view.name}'s rack {other} holds {far[1] or 'none'}"
-                if other is not None
-                else f"{winner.view.name} names no rack"
-            )
-            return (
-                f"{name} fits, but its rack {n.view.labels.get(RACK)} holds "
-                f"{plural(near[1], 'replica')} of this model already and {there}"
-            )
-        if shard.holds_weights and model not in n.view.holds_weights:
-            return f"{name} fits, but {winner.view.name} already holds the weights of {model}"
-        if p.gpu_class is not None:
-            # Counted before the decision was applied: the winner's cards were still free.
-            mine, theirs = n.free_count(p.gpu_class), winner.free_count(p.gpu_class)
-            return (
-                f"{name} fits with {mine} free {p.gpu_class} GPUs, but {winner.view.name} "
-                f"has {theirs} free and partly used nodes fill first"
-            )
-        why = "has no GPUs to keep free" if not winner.has_gpus else "is already in use"
-        return f"{name} fits, but {winner.view.name} {why} and comes first"
+        return refusals.rejections(
+            self._nodes, self._by_name, ok, self._replicas, model, p, decision
+        )
 
 
 def place(model: str, profiles: Sequence[Profile], nodes: Iterable[NodeView]) -> Placement:

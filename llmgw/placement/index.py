@@ -1,0 +1,243 @@
+"""The scheduler's index of the fleet: free GPUs bucketed by count and
+NVLink island, per kind of profile, per model's weights and per model's
+spread, so a decision costs a few bucket lookups instead of a pass over
+every node. Pure, like the scheduler that keeps it up to date."""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+from .checks import NodeState, Replicas, pick_gpus
+from .types import Profile
+
+StaticKey = tuple[object, ...]
+
+
+def static_key(p: Profile) -> StaticKey:
+    # Everything static_refusal reads; profiles that share it share an index.
+    return (
+        p.gpu_class,
+        p.min_memory_bytes,
+        p.engine,
+        p.engine_version,
+        tuple(sorted(p.node_selector.items())),
+    )
+
+
+class Grid:
+    """Nodes by (free GPUs of a class, free GPUs in the largest NVLink island).
+
+    Best fit walks the first upwards and skips nodes whose islands are too
+    broken up for the tensor-parallel group, which on a half-full fleet would
+    otherwise be most of it. Each cell is sorted, so ties go in node order.
+    Each row keeps a count of its nodes and empty rows on top are dropped, so
+    a walk passes what is empty without looking in it: most of one model's
+    tiers (see Spread) hold no node with many GPUs free.
+    """
+
+    __slots__ = ("cells", "sizes")
+
+    def __init__(self) -> None:
+        self.cells: list[list[list[int]]] = []
+        self.sizes: list[int] = []
+
+    def copy(self) -> Grid:
+        other = Grid()
+        other.cells = [[list(cell) for cell in row] for row in self.cells]
+        other.sizes = list(self.sizes)
+        return other
+
+    def cell(self, count: int, island: int) -> list[int]:
+        while len(self.cells) <= count:
+            self.cells.append([])
+            self.sizes.append(0)
+        row = self.cells[count]
+        while len(row) <= island:
+            row.append([])
+        return row[island]
+
+    def move(self, ordinal: int, old: tuple[int, int], new: tuple[int, int]) -> None:
+        self.remove(ordinal, old)
+        self.add(ordinal, new)
+
+    def remove(self, ordinal: int, shape: tuple[int, int]) -> None:
+        cell = self.cells[shape[0]][shape[1]]
+        del cell[bisect_left(cell, ordinal)]
+        sizes = self.sizes
+        sizes[shape[0]] -= 1
+        # No empty rows on top: a walk for more GPUs than any node has free
+        # ends before it starts.
+        while sizes and not sizes[-1]:
+            sizes.pop()
+            self.cells.pop()
+
+    def add(self, ordinal: int, shape: tuple[int, int]) -> None:
+        count, island = shape
+        try:
+            cell = self.cells[count][island]
+        except IndexError:
+            cell = self.cell(count, island)
+        insort(cell, ordinal)
+        self.sizes[count] += 1
+
+    def best_fit(
+        self, nodes: list[NodeState], p: Profile, mem: int
+    ) -> tuple[NodeState, tuple[int, ...]] | None:
+        group = min(p.tensor_parallel, p.gpus_per_shard)
+        sizes = self.sizes
+        for count in range(p.gpus_per_shard, len(sizes)):
+            if not sizes[count]:
+                continue
+            row = self.cells[count]
+            # The first fit in node order among this count's island cells.
+            found: tuple[NodeState, tuple[int, ...]] | None = None
+            for cell in row[group:]:
+                for o in cell:
+                    if found is not None and o > found[0].ordinal:
+                        break
+                    n = nodes[o]
+                    gpus = fit(n, p, mem)
+                    if gpus is not None:
+                        found = (n, gpus)
+                        break
+            if found is not None:
+                return found
+        return None
+
+
+# (replicas of the model on the node, in its rack, the node lacks its weights)
+Tier = tuple[int, int, bool]
+BASE: Tier = (0, 0, True)
+
+
+def tier_of(replicas: Replicas, n: NodeState, model: str) -> Tier:
+    mine, rack = replicas.of(n, model)
+    return mine, rack, model not in n.view.holds_weights
+
+
+class Spread:
+    """One model's eligible nodes by tier, a grid each, tried lowest first.
+
+    Built for a model once it runs somewhere: best fit within a tier, and
+    never a node with more of its replicas while one with fewer fits. Most
+    of the fleet is in the base tier (none of the model's replicas on the
+    node or in its rack, nor its weights): a copy of the profile's grid less
+    the few nodes that are not.
+    """
+
+    __slots__ = ("tiers", "order")
+
+    def __init__(self) -> None:
+        self.tiers: dict[Tier, Grid] = {}
+        # The tiers that hold a node, lowest first.
+        self.order: list[Tier] = []
+
+    def copy(self) -> Spread:
+        other = Spread()
+        other.tiers = {t: g.copy() for t, g in self.tiers.items()}
+        other.order = list(self.order)
+        return other
+
+    def add(self, tier: Tier, ordinal: int, shape: tuple[int, int]) -> None:
+        grid = self.tiers.get(tier)
+        if grid is None:
+            grid = self.tiers[tier] = Grid()
+            insort(self.order, tier)
+        grid.add(ordinal, shape)
+
+    def remove(self, tier: Tier, ordinal: int, shape: tuple[int, int]) -> None:
+        grid = self.tiers[tier]
+        grid.remove(ordinal, shape)
+        # Its rows are trimmed as they empty: none left is no node left.
+        if not grid.sizes:
+            del self.tiers[tier]
+            self.order.remove(tier)
+
+    def refile(
+        self, ordinal: int, tier: Tier, shape: tuple[int, int], now: Tier, to: tuple[int, int]
+    ) -> None:
+        if (tier, shape) != (now, to):
+            self.remove(tier, ordinal, shape)
+            self.add(now, ordinal, to)
+
+    def best_fit(
+        self, nodes: list[NodeState], p: Profile, mem: int
+    ) -> tuple[NodeState, tuple[int, ...]] | None:
+        gps = p.gpus_per_shard
+        for tier in self.order:
+            grid = self.tiers[tier]
+            # Past the first few, a tier's nodes mostly have too few GPUs free.
+            if len(grid.sizes) > gps:
+                found = grid.best_fit(nodes, p, mem)
+                if found is not None:
+                    return found
+        return None
+
+
+class Eligible:
+    """The nodes one kind of profile may use at all, and their grids.
+
+    Kept per profile kind rather than once for the fleet, so a profile that
+    only a tenth of the fleet may take scans that tenth, not the rest; a
+    grid per model of the nodes holding its weights, so preferring them does
+    not mean visiting every one of them on every decision; and, once a model
+    runs somewhere, its nodes by tier, so spreading it does not either.
+    """
+
+    __slots__ = ("gpu_class", "ok", "ordered", "grid", "holders", "spread")
+
+    def __init__(self, gpu_class: str | None, ok: list[NodeState]) -> None:
+        self.gpu_class = gpu_class
+        self.ok = frozenset(n.ordinal for n in ok)
+        self.ordered = [n.ordinal for n in ok]
+        self.grid = self._grid(ok)
+        self.holders: dict[str, Grid] = {}
+        self.spread: dict[str, Spread] = {}
+
+    def _grid(self, nodes: list[NodeState]) -> Grid:
+        grid = Grid()
+        if self.gpu_class is not None:
+            for n in nodes:
+                grid.cell(*n.gpu_shape(self.gpu_class)).append(n.ordinal)
+            grid.sizes = [sum(map(len, row)) for row in grid.cells]
+        return grid
+
+    def holder_grid(self, model: str, holders: list[NodeState]) -> Grid:
+        grid = self.holders.get(model)
+        if grid is None:
+            grid = self.holders[model] = self._grid([n for n in holders if n.ordinal in self.ok])
+        return grid
+
+    def spread_grid(
+        self, model: str, nodes: list[NodeState], near: set[int], replicas: Replicas
+    ) -> Spread:
+        assert self.gpu_class is not None
+        spread = self.spread[model] = Spread()
+        base = self.grid.copy()
+        if base.sizes:
+            spread.tiers[BASE], spread.order = base, [BASE]
+        for o in near & self.ok:
+            n = nodes[o]
+            tier = tier_of(replicas, n, model)
+            if tier != BASE:
+                shape = n.gpu_shape(self.gpu_class)
+                spread.remove(BASE, o, shape)
+                spread.add(tier, o, shape)
+        return spread
+
+    def copy(self) -> Eligible:
+        other = Eligible.__new__(Eligible)
+        other.gpu_class, other.ok, other.ordered = self.gpu_class, self.ok, self.ordered
+        other.grid = self.grid.copy()
+        other.holders = {m: g.copy() for m, g in self.holders.items()}
+        other.spread = {m: s.copy() for m, s in self.spread.items()}
+        return other
+
+
+def fit(n: NodeState, p: Profile, mem: int) -> tuple[int, ...] | None:
+    if mem and n.free_mem is not None and n.free_mem < mem:
+        return None
+    cores = p.cpu_cores
+    if cores and n.free_cores is not None and n.free_cores < cores:
+        return None
+    return pick_gpus(n, p)
