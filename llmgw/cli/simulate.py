@@ -125,8 +125,10 @@ def run(
     fleet = make_fleet(count, prefix, nvl72_trays=nvl72_trays)
     stop = threading.Event()
     clients: dict[str, AgentClient] = {}
+    # Several web processes, comma-separated, as a real agent's server_urls.
+    urls = [url for url in server.split(",") if url]
     for sim in fleet:
-        client = AgentClient(server)
+        client = AgentClient(urls)
         credential = ensure_joined(client, sim)
         if credential is None:
             continue
@@ -136,9 +138,11 @@ def run(
     if not once:
         for sim in fleet:
             if sim.name in clients:
+                client = clients[sim.name]
                 stream = Stream(
-                    server,
-                    lambda c=clients[sim.name]: c.credential,
+                    # The stream follows its heartbeats to whichever URL answers.
+                    lambda c=client: c.server_url,
+                    lambda c=client: c.credential,
                     Roots(),
                     stop,
                     commands=handlers(sim),
