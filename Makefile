@@ -55,9 +55,12 @@ rules: services
 
 test: lint typecheck rules pytest
 
-# The reliability tests alone (they run in make test too).
+# The reliability tests alone, in their full form: the production layout on
+# private PostgreSQL and Redis broken one way per scenario (60 s outages,
+# 500 concurrent calls), each printing its figures at the end. make test
+# runs the same scenarios in a short form (shorter outages, less load).
 test-reliability: venv-test services
-	DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest tests/reliability $(PYTEST_ARGS)
+	LLMGW_RELIABILITY=full DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest tests/reliability $(PYTEST_ARGS)
 
 BENCH_DB ?= postgres://postgres@127.0.0.1:5432/llmgw_bench
 bench-heartbeat: venv-test services

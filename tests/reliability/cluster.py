@@ -1,0 +1,225 @@
+"""The production layout, on this machine, for the reliability scenarios:
+two uvicorn web processes and two `llmgw worker` processes on a private
+PostgreSQL and a private Redis, and simulated fleets (`llmgw simulate`)
+whose agents are given both web URLs. Every process can be killed with
+SIGKILL and started again; each writes its log under the cluster's folder,
+which a scenario reads for what the control plane decided."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tests.reliability.services import Postgres, Redis, free_port, wait_port
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+NOT_READY_LOG = re.compile(r"node (\S+) missed \d+ heartbeats: NotReady")
+
+SETUP = """
+import django
+django.setup()
+from django.contrib.auth.models import User
+from llmgw.accounts import roles
+from llmgw.accounts.tokens import create_token
+from llmgw.catalog import services as catalog
+user = User.objects.create_user("admin", password="a-long-reliability-password")
+roles.grant(user, roles.ADMIN)
+catalog.apply_text(open({catalog!r}).read())
+print(create_token(user, "reliability", None).secret)
+"""
+
+
+class Cluster:
+    def __init__(self, root: Path, catalog: str, **env: str) -> None:
+        self.root = root
+        self.pg, self.redis = Postgres(), Redis(root / "redis")
+        self.logs = root / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        (root / "catalog.yaml").write_text(catalog)
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": self.pg.url,
+            "REDIS_URL": self.redis.url,
+            "LLMGW_DATA_DIR": str(root / "data"),
+            "DJANGO_SECRET_KEY": "reliability-suite-secret-key-not-for-production",
+            "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+            "PYTHONUNBUFFERED": "1",
+            "DJANGO_SETTINGS_MODULE": "llmgw.settings",
+            **env,
+        }
+        self.web_ports = [free_port(), free_port()]
+        self.webs: list[subprocess.Popen[bytes] | None] = [None, None]
+        self.workers: list[subprocess.Popen[bytes] | None] = [None, None]
+        self.fleets: dict[str, subprocess.Popen[bytes]] = {}
+        self.token = ""
+        self.starts = 0
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{port}" for port in self.web_ports]
+
+    def start(self) -> None:
+        self.pg.start()
+        self.redis.start()
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+            cwd=ROOT, env=self.env, check=True,
+        )  # fmt: skip
+        code = SETUP.format(catalog=str(self.root / "catalog.yaml"))
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, env=self.env, check=True,
+            capture_output=True, text=True,
+        )  # fmt: skip
+        self.token = done.stdout.strip().splitlines()[-1]
+        for i in (0, 1):
+            self.start_web(i)
+            self.start_worker(i)
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        self.starts += 1
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - the child holds it
+        try:
+            return subprocess.Popen(
+                args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        finally:
+            log.close()
+
+    def start_web(self, i: int) -> None:
+        self.webs[i] = self._spawn(
+            f"web{i}",
+            [sys.executable, "-m", "uvicorn", "llmgw.asgi:application", "--host", "127.0.0.1",
+             "--port", str(self.web_ports[i]), "--log-level", "warning"],
+        )  # fmt: skip
+        wait_port(self.web_ports[i], 60)
+
+    def start_worker(self, i: int) -> None:
+        self.workers[i] = self._spawn(f"worker{i}", [str(BIN / "llmgw"), "worker"])
+
+    def start_fleet(self, prefix: str, nodes: int, interval_s: float = 10.0) -> None:
+        """`nodes` simulated agents in one process: killing it is their
+        nodes' power going out together."""
+        self.fleets[prefix] = self._spawn(
+            f"fleet-{prefix}",
+            [str(BIN / "llmgw"), "simulate", "--server", ",".join(self.urls), "--nodes",
+             str(nodes), "--interval", str(interval_s), "--prefix", prefix, "--nvl72-trays", "0"],
+        )  # fmt: skip
+
+    @staticmethod
+    def kill(proc: subprocess.Popen[bytes] | None) -> None:
+        """SIGKILL to the process and every child it started (Celery's pool)."""
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(30)
+
+    def close(self) -> None:
+        for proc in [*self.webs, *self.workers, *self.fleets.values()]:
+            self.kill(proc)
+        self.pg.resume_if_hung()
+        self.pg.stop()
+        self.pg.remove()
+        self.redis.stop()
+
+    # --- what the control plane holds ------------------------------------
+
+    def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.pg.url, connect_timeout=5, autocommit=True) as conn:
+            return conn.execute(query, params).fetchall()
+
+    def wait_sql(self, query: str, want: Any, timeout_s: float, *params: Any) -> float:
+        """Seconds until `query` returns `want` (a scalar); raises past timeout_s."""
+        started = time.monotonic()
+        got: Any = None
+        while time.monotonic() - started < timeout_s:
+            try:
+                got = self.sql(query, *params)[0][0]
+            except psycopg.OperationalError:
+                got = "database unreachable"
+            if got == want:
+                return time.monotonic() - started
+            time.sleep(0.5)
+        raise AssertionError(f"{query!r} is {got!r}, not {want!r}, after {timeout_s} s")
+
+    def nodes_ready(self) -> int:
+        return self.sql("SELECT count(*) FROM inventory_node WHERE state = 'Ready'")[0][0]
+
+    def marked_not_ready(self) -> list[str]:
+        """Every node a worker has marked NotReady since the cluster started."""
+        names = []
+        for log in self.logs.glob("worker*.log"):
+            names += NOT_READY_LOG.findall(log.read_text(errors="replace"))
+        return names
+
+    def log_text(self, prefix: str) -> str:
+        return "".join(p.read_text(errors="replace") for p in self.logs.glob(f"{prefix}*.log"))
+
+    # --- the invariants every scenario ends on ---------------------------
+
+    def census(self) -> dict[str, int]:
+        """Duplicated and missing replicas (live ones against each held
+        model's always_running), GPUs claimed twice among live replicas,
+        claims still held by lost or failed replicas, and live shards left
+        on NotReady nodes."""
+        rows = self.sql(
+            "SELECT m.always_running, count(r.id) FILTER (WHERE r.state NOT IN ('lost', 'failed'))"
+            " FROM catalog_model m LEFT JOIN serving_replica r ON r.model_id = m.id"
+            " WHERE m.always_running > 0 GROUP BY m.id, m.always_running"
+        )
+        shared = self.sql(
+            "SELECT count(*) FROM (SELECT c.node_id, c.index FROM serving_gpuclaim c"
+            " JOIN serving_shard s ON s.id = c.shard_id JOIN serving_replica r ON r.id = s.replica_id"
+            " WHERE r.state NOT IN ('lost', 'failed') GROUP BY 1, 2 HAVING count(*) > 1) x"
+        )[0][0]
+        stale_claims = self.sql(
+            "SELECT count(*) FROM serving_gpuclaim c JOIN serving_shard s ON s.id = c.shard_id"
+            " JOIN serving_replica r ON r.id = s.replica_id WHERE r.state IN ('lost', 'failed')"
+        )[0][0]
+        stranded = self.sql(
+            "SELECT count(*) FROM serving_shard s JOIN inventory_node n ON n.id = s.node_id"
+            " JOIN serving_replica r ON r.id = s.replica_id"
+            " WHERE n.state <> 'Ready' AND r.state NOT IN ('lost', 'failed')"
+        )[0][0]
+        return {
+            "duplicates": sum(max(0, live - want) for want, live in rows),
+            "missing": sum(max(0, want - live) for want, live in rows),
+            "shared_gpus": shared,
+            "lost_claims": stale_claims,
+            "stranded": stranded,
+        }
+
+    def settle(self, nodes: int, timeout_s: float) -> float:
+        """Seconds until `nodes` nodes are Ready and every held model has
+        exactly its replicas, each GPU claimed once."""
+        started = time.monotonic()
+        last: Any = None
+        while time.monotonic() - started < timeout_s:
+            try:
+                last = (self.nodes_ready(), self.census())
+                if last[0] == nodes and not any(last[1].values()):
+                    return time.monotonic() - started
+            except psycopg.OperationalError as exc:
+                last = exc
+            time.sleep(1)
+        raise AssertionError(f"not settled after {timeout_s} s: {last}")
+
+    def replicas_on(self, prefix: str) -> int:
+        return self.sql(
+            "SELECT count(DISTINCT r.id) FROM serving_replica r JOIN serving_shard s"
+            " ON s.replica_id = r.id JOIN inventory_node n ON n.id = s.node_id"
+            " WHERE n.name LIKE %s AND r.state NOT IN ('lost', 'failed')",
+            f"{prefix}-%",
+        )[0][0]

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.reliability.cluster import Cluster
+from tests.reliability.figures import FIGURES
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if FIGURES:
+        terminalreporter.section("reliability figures")
+        for line in FIGURES:
+            terminalreporter.write_line(line)
+
+
+CATALOG = """
+engines:
+  llama.cpp:
+    version: b11434
+    default: true
+models:
+  - name: held-cpu
+    source: hf://reliability/held-cpu
+    always_running: 3
+    profiles:
+      - name: cpu
+        memory_gb: 1
+        cpu_cores: 1
+  - name: held-gpu
+    source: hf://reliability/held-gpu
+    always_running: 2
+    profiles:
+      - name: gpu
+        gpu_class: H100-80GB
+        gpus_per_shard: 1
+        memory_gb: 1
+        cpu_cores: 1
+"""
+FLEETS = {"a": 4, "b": 4}
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One production layout for every scenario; each leaves it settled."""
+    layout = Cluster(tmp_path_factory.mktemp("cluster"), CATALOG)
+    try:
+        layout.start()
+        for prefix, nodes in FLEETS.items():
+            layout.start_fleet(prefix, nodes)
+        layout.settle(sum(FLEETS.values()), 240)
+        yield layout
+    finally:
+        layout.close()

@@ -1,0 +1,113 @@
+"""API load against both web processes, as a client behind a load balancer
+sees it: a request that cannot reach one web process is sent to the other
+(a connection refused is what a balancer's health check reads), and only an
+answer that is not 200, or no answer from either, is an error."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import httpx
+
+from tests.reliability.figures import percentile
+
+PATH = "/api/v1/nodes/"
+# A request its web process died under: a balancer answers it 502.
+CUT = -1
+
+
+@dataclass
+class Sample:
+    at: float  # seconds since the load started
+    status: int  # 0: no web process answered; CUT: its web process died under it
+    latency_s: float
+
+
+@dataclass
+class Load:
+    urls: list[str]
+    token: str
+    workers: int = 2
+    samples: list[Sample] = field(default_factory=list)
+    failovers: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def __enter__(self) -> Load:
+        self.started = time.monotonic()
+        for i in range(self.workers):
+            t = threading.Thread(target=self._run, args=(i,), daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(60)
+
+    def _run(self, i: int) -> None:
+        headers = {"Authorization": f"Token {self.token}"}
+        with httpx.Client(headers=headers, timeout=30) as http:
+            n = i
+            while not self._stop.is_set():
+                n += 1
+                sent = time.monotonic()
+                status = self.one(http, n)
+                self.samples.append(Sample(sent - self.started, status, time.monotonic() - sent))
+                time.sleep(0.05)
+
+    def one(self, http: httpx.Client, n: int) -> int:
+        for k in range(len(self.urls)):
+            url = self.urls[(n + k) % len(self.urls)]
+            try:
+                return http.get(url + PATH).status_code
+            except httpx.ConnectError:
+                self.failovers += 1
+            except httpx.HTTPError:
+                return CUT
+        return 0
+
+    def cut(self) -> int:
+        return sum(1 for s in self.samples if s.status == CUT)
+
+    def between(self, start: float, end: float) -> list[Sample]:
+        return [s for s in self.samples if start <= s.at < end]
+
+    def errors(self, samples: list[Sample] | None = None) -> Counter[int]:
+        return Counter(
+            s.status for s in (self.samples if samples is None else samples) if s.status != 200
+        )
+
+    def latencies(self, samples: list[Sample] | None = None) -> tuple[float, float]:
+        values = [s.latency_s for s in (self.samples if samples is None else samples)]
+        return percentile(values, 50), percentile(values, 99)
+
+
+def burst(urls: list[str], token: str, count: int) -> tuple[Counter[int], list[float], float]:
+    """`count` API calls at once, spread over the web processes: the
+    statuses that were not 200, every latency, and the wall time."""
+
+    async def main() -> tuple[Counter[int], list[float], float]:
+        limits = httpx.Limits(max_connections=count, max_keepalive_connections=0)
+        headers = {"Authorization": f"Token {token}"}
+        async with httpx.AsyncClient(limits=limits, headers=headers, timeout=120) as http:
+
+            async def call(i: int) -> tuple[int, float]:
+                sent = time.monotonic()
+                try:
+                    status = (await http.get(urls[i % len(urls)] + PATH)).status_code
+                except httpx.HTTPError:
+                    status = 0
+                return status, time.monotonic() - sent
+
+            started = time.monotonic()
+            done = await asyncio.gather(*(call(i) for i in range(count)))
+            wall = time.monotonic() - started
+        return Counter(s for s, _ in done if s != 200), [t for _, t in done], wall
+
+    return asyncio.run(main())
