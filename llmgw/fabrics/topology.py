@@ -92,9 +92,60 @@ def analyze(fabric: Fabric) -> dict[str, Any]:
 def _analyze(fabric: Fabric) -> dict[str, Any]:
     nodes = fabric.nodes
     switches = [n for n in nodes.values() if n.kind == "switch"]
-    switch_sysimg = {n.sysimgguid or n.guid for n in switches} | {n.guid for n in switches}
+    role = _roles(nodes, switches)
+    sw_adj, ports_of, leaves = _adjacency(fabric, role, switches)
+    hops = _hops_from(leaves, sw_adj)
+    tier = {n.guid: _tier(hops.get(n.guid)) for n in switches}
+    rate_info = _rate_info(fabric.links)
+    link_rows, by_kind, rate_text = _link_rows(fabric, tier, role, rate_info)
+    expected = _expected_rates(by_kind)
+    degraded = _degraded(link_rows, expected, rate_text)
+    adapters = _adapters(nodes, role, ports_of, rate_info)
+    rails = _rails(adapters)
+    switch_rows = _switch_rows(fabric, switches, tier, hops, adapters, rails["leaf_rail"])
+    tiers = Counter(tier.values())
+    roles = Counter(role.values())
+    return {
+        "format": fabric.format,
+        "initiated_from": fabric.initiated_from,
+        "summary": {
+            "switches": len(switches),
+            "leaf": tiers.get("leaf", 0),
+            "spine": tiers.get("spine", 0),
+            "core": tiers.get("core", 0),
+            "unknown_tier": tiers.get("unknown", 0),
+            "adapters": len(adapters),
+            "host_adapters": roles.get("adapter", 0),
+            "aggregation_nodes": roles.get("aggregation", 0),
+            "routers": roles.get("router", 0),
+            "links": len(link_rows),
+            "degraded_links": len(degraded),
+            "rail_optimised": rails["optimised"],
+            "rail_aligned_share": rails["aligned_share"],
+            "misaligned_rails": len(rails["misaligned"]),
+        },
+        "expected_rates": {
+            k: {"rate": v, "rate_text": rate_text[(k, v)].most_common(1)[0][0]}
+            for k, v in sorted(expected.items())
+        },
+        "switches": switch_rows,
+        "adapters": adapters,
+        "links": link_rows,
+        "degraded_links": degraded,
+        "rail_misalignment": rails["misaligned"],
+        "warnings": list(fabric.warnings),
+    }
 
-    # role of every non-switch node: adapter | aggregation | router
+
+# a link's rate as the map shows it: Gb/s and "4xNDR", both None when not reported
+_RateInfo = dict[Rate | None, tuple[int | float | None, str | None]]
+# an adapter's cabled port: its port, the peer's GUID and port, the link
+_Port = tuple[int, str, int, Link]
+
+
+def _roles(nodes: dict[str, Node], switches: list[Node]) -> dict[str, str]:
+    """The role of every node that is not a switch: adapter, aggregation or router."""
+    switch_sysimg = {n.sysimgguid or n.guid for n in switches} | {n.guid for n in switches}
     role: dict[str, str] = {}
     for n in nodes.values():
         if n.kind == "switch":
@@ -105,10 +156,17 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
             role[n.guid] = "aggregation"
         else:
             role[n.guid] = "adapter"
+    return role
 
-    # adjacency, one pass over links
+
+def _adjacency(
+    fabric: Fabric, role: dict[str, str], switches: list[Node]
+) -> tuple[dict[str, list[str]], dict[str, list[_Port]], set[str]]:
+    """In one pass over the links: each switch's switch neighbours, each other
+    node's cabled ports, and the leaves (switches a host adapter is cabled to)."""
+    nodes = fabric.nodes
     sw_adj: dict[str, list[str]] = {n.guid: [] for n in switches}
-    ports_of: dict[str, list[tuple[int, str, int, Link]]] = {}
+    ports_of: dict[str, list[_Port]] = {}
     leaves: set[str] = set()
     for link in fabric.links:
         a, b = link.a.guid, link.b.guid
@@ -126,8 +184,11 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
                 lst.append((mine.port, other.guid, other.port, link))
                 if role[mine.guid] == "adapter" and nodes[other.guid].kind == "switch":
                     leaves.add(other.guid)
+    return sw_adj, ports_of, leaves
 
-    # tiers: multi-source BFS from the leaves over switch-switch links
+
+def _hops_from(leaves: set[str], sw_adj: dict[str, list[str]]) -> dict[str, int]:
+    """Switch hops to the nearest leaf: multi-source BFS over switch-switch links."""
     hops: dict[str, int] = {g: 0 for g in leaves}
     queue = deque(leaves)
     while queue:
@@ -137,23 +198,38 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
             if h not in hops:
                 hops[h] = d
                 queue.append(h)
+    return hops
 
-    def tier_of(guid: str) -> str:
-        if nodes[guid].kind != "switch":
-            return role[guid]
-        h = hops.get(guid)
-        if h == 0:
-            return "leaf"
-        if h == 1:
-            return "spine"
-        if h is None:
-            return "unknown"
-        return "core"
 
-    tier = {n.guid: tier_of(n.guid) for n in switches}
+def _tier(hops: int | None) -> str:
+    if hops == 0:
+        return "leaf"
+    if hops == 1:
+        return "spine"
+    if hops is None:
+        return "unknown"
+    return "core"
 
-    # links, their kinds, and the expected rate per kind
-    rate_info: dict[Rate | None, tuple[int | float | None, str | None]] = {None: (None, None)}
+
+def _rate_info(links: list[Link]) -> _RateInfo:
+    info: _RateInfo = {None: (None, None)}
+    for link in links:
+        rate = link.rate
+        if rate is not None and rate not in info:
+            info[rate] = (_num(rate.gbps), rate.text)
+    return info
+
+
+def _link_rows(
+    fabric: Fabric, tier: dict[str, str], role: dict[str, str], rate_info: _RateInfo
+) -> tuple[
+    list[dict[str, Any]],
+    dict[str, Counter[int | float]],
+    dict[tuple[str, int | float], Counter[str]],
+]:
+    """Each link, lower tier first, with its kind ("leaf-spine"); and how many
+    links of each kind run at each rate, and under which names."""
+    nodes = fabric.nodes
     link_rows: list[dict[str, Any]] = []
     by_kind: dict[str, Counter[int | float]] = {}
     rate_text: dict[tuple[str, int | float], Counter[str]] = {}
@@ -167,25 +243,16 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
         ta = tier.get(ea.guid) or role[ea.guid]
         tb = tier.get(eb.guid) or role[eb.guid]
         kind = f"{ta}-{tb}"
-        info = rate_info.get(link.rate)
-        if info is None:
-            assert link.rate is not None
-            info = rate_info[link.rate] = (_num(link.rate.gbps), link.rate.text)
-        gbps, text = info
-        na, nb = nodes[ea.guid], nodes[eb.guid]
-        end_a = {
-            "guid": ea.guid,
-            "port": ea.port,
-            "port_guid": na.port_guids.get(ea.port, ea.guid),
-            "description": na.description,
-        }
-        end_b = {
-            "guid": eb.guid,
-            "port": eb.port,
-            "port_guid": nb.port_guids.get(eb.port, eb.guid),
-            "description": nb.description,
-        }
-        link_rows.append({"a": end_a, "b": end_b, "kind": kind, "rate": gbps, "rate_text": text})
+        gbps, text = rate_info[link.rate]
+        link_rows.append(
+            {
+                "a": _end(nodes[ea.guid], ea.port),
+                "b": _end(nodes[eb.guid], eb.port),
+                "kind": kind,
+                "rate": gbps,
+                "rate_text": text,
+            }
+        )
         if gbps is not None and text is not None:
             counts = by_kind.get(kind)
             if counts is None:
@@ -195,12 +262,31 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
             if texts is None:
                 texts = rate_text[(kind, gbps)] = Counter()
             texts[text] += 1
+    return link_rows, by_kind, rate_text
 
+
+def _end(node: Node, port: int) -> dict[str, Any]:
+    return {
+        "guid": node.guid,
+        "port": port,
+        "port_guid": node.port_guids.get(port, node.guid),
+        "description": node.description,
+    }
+
+
+def _expected_rates(by_kind: dict[str, Counter[int | float]]) -> dict[str, int | float]:
     expected: dict[str, int | float] = {}
     for kind, counts in by_kind.items():
         # most common; a tie goes to the faster rate (the slower is the odd one out)
         expected[kind] = max(counts.items(), key=lambda kv: (kv[1], kv[0]))[0]
+    return expected
 
+
+def _degraded(
+    link_rows: list[dict[str, Any]],
+    expected: dict[str, int | float],
+    rate_text: dict[tuple[str, int | float], Counter[str]],
+) -> list[dict[str, Any]]:
     degraded: list[dict[str, Any]] = []
     for row in link_rows:
         exp = expected.get(row["kind"])
@@ -217,8 +303,16 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
                 "expected_rate_text": rate_text[(row["kind"], exp)].most_common(1)[0][0],
             }
         )
+    return degraded
 
-    # adapters
+
+def _adapters(
+    nodes: dict[str, Node],
+    role: dict[str, str],
+    ports_of: dict[str, list[_Port]],
+    rate_info: _RateInfo,
+) -> list[dict[str, Any]]:
+    """Every node that is not a switch, with its owner, leaf and cabled ports."""
     adapters: list[dict[str, Any]] = []
     for n in nodes.values():
         if n.kind == "switch":
@@ -262,10 +356,17 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
     adapters.sort(
         key=lambda a: (a["node"] or "~", a["device_number"] or 0, a["device"] or "", a["guid"])
     )
+    return adapters
 
-    rails = _rails(adapters)
 
-    # switches
+def _switch_rows(
+    fabric: Fabric,
+    switches: list[Node],
+    tier: dict[str, str],
+    hops: dict[str, int],
+    adapters: list[dict[str, Any]],
+    leaf_rail: dict[str, str],
+) -> list[dict[str, Any]]:
     attached: Counter[str] = Counter()
     for ad in adapters:
         if ad["role"] == "adapter" and ad["leaf_guid"] is not None:
@@ -284,44 +385,12 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
             "connected_ports": degree[n.guid],
             "adapters": attached[n.guid],
             "lid": n.lid,
-            "rail": rails["leaf_rail"].get(n.guid),
+            "rail": leaf_rail.get(n.guid),
         }
         for n in switches
     ]
     switch_rows.sort(key=lambda s: (TIER_RANK[s["tier"]], s["description"], s["guid"]))
-
-    tiers = Counter(tier.values())
-    roles = Counter(role.values())
-    return {
-        "format": fabric.format,
-        "initiated_from": fabric.initiated_from,
-        "summary": {
-            "switches": len(switches),
-            "leaf": tiers.get("leaf", 0),
-            "spine": tiers.get("spine", 0),
-            "core": tiers.get("core", 0),
-            "unknown_tier": tiers.get("unknown", 0),
-            "adapters": len(adapters),
-            "host_adapters": roles.get("adapter", 0),
-            "aggregation_nodes": roles.get("aggregation", 0),
-            "routers": roles.get("router", 0),
-            "links": len(link_rows),
-            "degraded_links": len(degraded),
-            "rail_optimised": rails["optimised"],
-            "rail_aligned_share": rails["aligned_share"],
-            "misaligned_rails": len(rails["misaligned"]),
-        },
-        "expected_rates": {
-            k: {"rate": v, "rate_text": rate_text[(k, v)].most_common(1)[0][0]}
-            for k, v in sorted(expected.items())
-        },
-        "switches": switch_rows,
-        "adapters": adapters,
-        "links": link_rows,
-        "degraded_links": degraded,
-        "rail_misalignment": rails["misaligned"],
-        "warnings": list(fabric.warnings),
-    }
+    return switch_rows
 
 
 def _rails(adapters: list[dict[str, Any]]) -> dict[str, Any]:
