@@ -212,116 +212,139 @@ def parse_topology(text: str) -> Fabric:
 
 
 def _parse_topology(text: str) -> Fabric:
-    nodes: dict[str, Node] = {}
-    halves: list[_Half] = []
-    ids: dict[str, str] = {}
-    current: Node | None = None
-    current_ports = 0
-    initiated: str | None = None
     lines = text.splitlines()
-    header_lines: dict[str, str] = {}
-    rates: dict[tuple[str, str], Rate] = {}
-
-    def close_record(node: Node | None, nports_seen: int) -> None:
-        if node is not None and nports_seen == 0:
-            raise ParseError(
-                node.line_no,
-                header_lines[node.guid],
-                f"{'switch' if node.kind == 'switch' else 'adapter'} {node.guid} "
-                f'("{node.description}") has no connected port: discovery never left '
-                "the node it started from (its link is down, or the fabric is unreachable)",
-            )
-
+    reader = _TopologyReader()
     for i, raw in enumerate(lines, 1):
         line = raw.strip()
-        if not line:
-            continue
-        c = line[0]
-        if c == "[":
-            if current is None:
-                raise ParseError(i, raw, "port line outside a Switch/Ca record")
-            m = _PORT.match(line)
-            if m is None:
-                raise ParseError(i, raw, "unreadable port line (peer, lid or rate)")
-            p_s, pguid, _t, peer_s, peer_port_s, _pp, lid_s, _d, _rl, width, speed = m.groups()
-            port = int(p_s)
-            if pguid is not None:
-                current.port_guids[port] = _guid(pguid)
-            peer = _guid(peer_s)
-            peer_port = int(peer_port_s)
-            rate: Rate | None = None
-            if width is not None:
-                rate = rates.get((width, speed))
-                if rate is None:
-                    rate = rates[(width, speed)] = Rate(width, speed)
-                if lid_s is not None and current.kind != "switch":
-                    current.lid = int(lid_s)
-            halves.append((current.guid, port, peer, peer_port, rate, i))
-            current_ports += 1
-            continue
-        if c == "#":
-            if initiated is None:
-                im = _INITIATED.match(line)
-                if im is not None:
-                    initiated = _guid(im.group(1))
-            continue
-        if c in "SCR":
-            hm = _HEADER.match(line)
-            if hm is not None:
-                close_record(current, current_ports)
-                kind = _TYPE_LETTER[hm.group(3)]
-                expected = {"Switch": "switch", "Ca": "ca", "Rt": "router"}[hm.group(1)]
-                if kind != expected:
-                    raise ParseError(i, raw, f"{hm.group(1)} record named {hm.group(3)}-...")
-                guid = _guid(hm.group(4))
-                if guid in nodes:
-                    raise ParseError(i, raw, f"second record for {guid}")
-                node = Node(
-                    guid=guid,
-                    kind=kind,
-                    description=hm.group(5) if hm.group(5) is not None else "",
-                    nports=int(hm.group(2)),
-                    line_no=i,
-                    sysimgguid=ids.get("sysimgguid"),
-                    devid=ids.get("devid"),
-                    vendid=ids.get("vendid"),
-                )
-                if kind == "switch" and hm.group(6):
-                    tm = _SWITCH_TAIL.match(hm.group(6))
-                    if tm is not None:
-                        node.lid = int(tm.group(1))
-                nodes[guid] = node
-                header_lines[guid] = raw
-                ids = {}
-                current = node
-                current_ports = 0
-                continue
-            if _CHASSIS.match(line):
-                continue
-        if c in "vdsrc":
-            key, eq, val = line.partition("=")
-            if eq and key in _ID_KEYS:
-                hm2 = _ID_VALUE.match(val)
-                if hm2 is None:
-                    raise ParseError(i, raw, f"unreadable {key}")
-                if key == "sysimgguid":
-                    ids[key] = _guid(hm2.group(1))
-                elif key in ("vendid", "devid"):
-                    ids[key] = "0x" + hm2.group(1).lower().lstrip("0").rjust(1, "0")
-                continue
-        if line == "Non-Chassis Nodes" or line.startswith("Hostname:"):
-            continue  # -g grouping output: headings only
-        raise ParseError(i, raw, "not a line of ibnetdiscover output")
-
-    close_record(current, current_ports)
-    if not nodes:
+        if line:
+            reader.read(i, raw, line)
+    reader.close_record()
+    if not reader.nodes:
         last = len(lines)
         raise ParseError(
             last, lines[-1] if lines else "", "no Switch or Ca record: not an ibnetdiscover dump"
         )
-    fabric = Fabric(nodes=nodes, links=[], format="topology", initiated_from=initiated)
-    _pair_halves(fabric, halves, lines)
+    fabric = Fabric(
+        nodes=reader.nodes, links=[], format="topology", initiated_from=reader.initiated
+    )
+    _pair_halves(fabric, reader.halves, lines)
     return fabric
+
+
+class _TopologyReader:
+    """One pass over a topology dump, a line at a time: the records read so
+    far, the one being read, and the port lines kept until every peer is known."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.halves: list[_Half] = []
+        # the vendid=/devid=/sysimgguid= lines above the next record's header
+        self.ids: dict[str, str] = {}
+        self.current: Node | None = None
+        self.current_ports = 0
+        self.initiated: str | None = None
+        self.header_lines: dict[str, str] = {}
+        self.rates: dict[tuple[str, str], Rate] = {}
+
+    def read(self, i: int, raw: str, line: str) -> None:
+        c = line[0]
+        if c == "[":
+            self.port(i, raw, line)
+            return
+        if c == "#":
+            if self.initiated is None:
+                im = _INITIATED.match(line)
+                if im is not None:
+                    self.initiated = _guid(im.group(1))
+            return
+        if c in "SCR":
+            hm = _HEADER.match(line)
+            if hm is not None:
+                self.header(i, raw, hm)
+                return
+            if _CHASSIS.match(line):
+                return
+        if c in "vdsrc" and self.id_line(i, raw, line):
+            return
+        if line == "Non-Chassis Nodes" or line.startswith("Hostname:"):
+            return  # -g grouping output: headings only
+        raise ParseError(i, raw, "not a line of ibnetdiscover output")
+
+    def port(self, i: int, raw: str, line: str) -> None:
+        current = self.current
+        if current is None:
+            raise ParseError(i, raw, "port line outside a Switch/Ca record")
+        m = _PORT.match(line)
+        if m is None:
+            raise ParseError(i, raw, "unreadable port line (peer, lid or rate)")
+        p_s, pguid, _t, peer_s, peer_port_s, _pp, lid_s, _d, _rl, width, speed = m.groups()
+        port = int(p_s)
+        if pguid is not None:
+            current.port_guids[port] = _guid(pguid)
+        rate: Rate | None = None
+        if width is not None:
+            rate = self.rates.get((width, speed))
+            if rate is None:
+                rate = self.rates[(width, speed)] = Rate(width, speed)
+            if lid_s is not None and current.kind != "switch":
+                current.lid = int(lid_s)
+        self.halves.append((current.guid, port, _guid(peer_s), int(peer_port_s), rate, i))
+        self.current_ports += 1
+
+    def header(self, i: int, raw: str, hm: re.Match[str]) -> None:
+        self.close_record()
+        kind = _TYPE_LETTER[hm.group(3)]
+        expected = {"Switch": "switch", "Ca": "ca", "Rt": "router"}[hm.group(1)]
+        if kind != expected:
+            raise ParseError(i, raw, f"{hm.group(1)} record named {hm.group(3)}-...")
+        guid = _guid(hm.group(4))
+        if guid in self.nodes:
+            raise ParseError(i, raw, f"second record for {guid}")
+        ids = self.ids
+        node = Node(
+            guid=guid,
+            kind=kind,
+            description=hm.group(5) if hm.group(5) is not None else "",
+            nports=int(hm.group(2)),
+            line_no=i,
+            sysimgguid=ids.get("sysimgguid"),
+            devid=ids.get("devid"),
+            vendid=ids.get("vendid"),
+        )
+        if kind == "switch" and hm.group(6):
+            tm = _SWITCH_TAIL.match(hm.group(6))
+            if tm is not None:
+                node.lid = int(tm.group(1))
+        self.nodes[guid] = node
+        self.header_lines[guid] = raw
+        self.ids = {}
+        self.current = node
+        self.current_ports = 0
+
+    def id_line(self, i: int, raw: str, line: str) -> bool:
+        """Keep a ``vendid=``/``devid=``/``sysimgguid=`` value; False if not one."""
+        key, eq, val = line.partition("=")
+        if not eq or key not in _ID_KEYS:
+            return False
+        hm = _ID_VALUE.match(val)
+        if hm is None:
+            raise ParseError(i, raw, f"unreadable {key}")
+        if key == "sysimgguid":
+            self.ids[key] = _guid(hm.group(1))
+        elif key in ("vendid", "devid"):
+            self.ids[key] = "0x" + hm.group(1).lower().lstrip("0").rjust(1, "0")
+        return True
+
+    def close_record(self) -> None:
+        node = self.current
+        if node is not None and self.current_ports == 0:
+            raise ParseError(
+                node.line_no,
+                self.header_lines[node.guid],
+                f"{'switch' if node.kind == 'switch' else 'adapter'} {node.guid} "
+                f'("{node.description}") has no connected port: discovery never left '
+                "the node it started from (its link is down, or the fabric is unreachable)",
+            )
 
 
 def _pair_halves(fabric: Fabric, halves: list[_Half], lines: list[str]) -> None:
