@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from llmgw.simulator.ibnetdiscover_dump import FatTree, Host, dump
+from llmgw.simulator.fat_tree import FatTree, Host
+from llmgw.simulator.ibnetdiscover_dump import dump
 
 SPEEDS = {"NDR": 100.0, "HDR": 50.0}
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from tests.fabrics.synth import fat_tree_text
+from llmgw.simulator.fat_tree import FatTree, Host
+from llmgw.simulator.ibnetdiscover_dump import dump
 
 ROOT = Path(__file__).resolve().parents[2]
 OURS = ["sim-h100-01", "sim-h100-04", "sim-h100-08", "sim-h100-11"]
@@ -21,16 +22,13 @@ DOWN = ("sim-h100-04", "mlx5_5")  # a port of ours whose cable is out
 
 
 def fabric_text() -> str:
-    text = fat_tree_text(16, rails=8, leaf_ports=8, spines=4)
-    for i, name in enumerate(OURS):
-        text = text.replace(f"node{i:05d} ", f"{name} ")
-    lines = text.split("\n")
-    short = f'"{SHORT[0]} {SHORT[1]}"'
-    for i, line in enumerate(lines):
-        # Both halves of the cable carry its rate: the switch's port line and the adapter's.
-        if short in line or (i and short in lines[i - 1] and line.startswith("[1]")):
-            lines[i] = line.replace("4xNDR", "4xHDR")
-    return "\n".join(lines)
+    """16 nodes of 8 adapters, ours first, 8 to a leaf group of 16-port
+    leaves, 4 spines; the adapters' GUIDs are the ones :func:`port` reports."""
+    names = OURS + [f"node{n:05d}" for n in range(len(OURS), 16)]
+    hosts = tuple(Host(name, 8, 0xE09D730300000000 + n * 0x100) for n, name in enumerate(names))
+    short = {("adapter", *SHORT): "4xHDR"}
+    tree = FatTree("ib-a", hosts, hosts_per_leaf=8, spines=4, switch_ports=16, short=short)
+    return dump(tree)
 
 
 def port(name: str, device: str, xmit: int, down: bool) -> dict[str, Any]:

@@ -1,12 +1,12 @@
-"""Fat trees for ibsim, and running the real OFED tools against them.
+"""Fat trees on ibsim, and running the real OFED tools against them.
 
-``write_fat_tree`` writes a topology file in ibsim's format (an
-ibnetdiscover-like text, ``/usr/share/doc/ibsim-utils/net-examples/``):
-one leaf per rail, every leaf cabled to every spine, every spine to every
-core, nodes ``nodeNNN`` with 2-4 adapters ``mlx5_K``, all at HDR (``w=2 e=4``,
-4xHDR) except the cables it is told to train short, and optionally one
-node's adapter plugged into another rail's leaf. ibsim insists both ends of a
-cable carry the same ``w=``/``e=``, so a short cable is short at both ends.
+:func:`ibsim_tree` is the product's fat tree (llmgw/simulator/fat_tree.py)
+the OFED tests run on, written for ibsim by
+:func:`llmgw.simulator.ibsim_net.net_file`: one leaf per rail, every leaf
+cabled to every spine, every spine to every core, nodes ``nodeNNN`` with 2-4
+adapters ``mlx5_K``, all at HDR (ibsim hangs on NDR) except the cables it is
+told to train short, and optionally one node's adapter plugged into another
+rail's leaf.
 
 ``Simulator`` starts ``ibsim -s -n`` on its own socket name in a scratch
 directory and runs tools through ``ibsim-run`` as one adapter would
@@ -20,111 +20,82 @@ import shutil
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
-HDR = "w=2 e=4"  # 4x HDR, 200 Gb/s
+from llmgw.simulator.fat_tree import FatTree, SwitchNames, cabling, numbered_hosts
+from llmgw.simulator.ibsim_net import net_file
+
+NAMES = SwitchNames(leaf="leaf{rail:02d}", spine="spine{n:02d}", core="core{n:02d}")
 
 
-@dataclass
-class FatTree:
-    """What was built, so a test can say what the analysis must find."""
-
-    path: Path
-    leaves: list[str]
-    spines: list[str]
-    cores: list[str]
-    adapters: list[str]  # "nodeNNN mlx5_K"
-    #: (switch-or-adapter name, port, peer name, peer port, "w=.. e=..") of short cables
-    short: list[tuple[str, int, str, int, str]] = field(default_factory=list)
-    #: (node, device, leaf it was plugged into) of the miswired adapter
-    miswired: tuple[str, str, str] | None = None
-
-
-def write_fat_tree(
-    path: Path,
+def ibsim_tree(
     *,
     adapters_per_node: tuple[int, ...] = (4, 4, 3, 2, 4, 3),
     spines: int = 2,
     cores: int = 2,
     uplinks: int = 1,
-    short_uplink: str | None = "w=1 e=4",
-    short_adapter: tuple[int, int, str] | None = (4, 1, "w=2 e=2"),
+    short_uplink: str | None = "1xHDR",
+    short_adapter: tuple[int, int, str] | None = (4, 1, "4xEDR"),
     miswire: tuple[int, int, int] | None = (3, 1, 2),
 ) -> FatTree:
-    """Write the topology file and say what is in it.
+    """The tree, all its nodes under one leaf per rail.
 
     ``short_uplink``: the first leaf's first uplink trains at this instead of
-    HDR (``w=1`` -> 1xHDR). ``short_adapter``: (node number, device, rate) for
-    one adapter cable (``e=2`` -> 4xEDR). ``miswire``: (node number, device,
-    rail) puts that adapter on the given rail's leaf instead of its own.
+    4xHDR. ``short_adapter``: (node number, device, rate) for one adapter
+    cable. ``miswire``: (node number, device, rail) puts that adapter on the
+    given rail's leaf instead of its own.
     """
-    rails = max(adapters_per_node)
-    leaf_names = [f"leaf{r:02d}" for r in range(rails)]
-    spine_names = [f"spine{s + 1:02d}" for s in range(spines)]
-    core_names = [f"core{c + 1:02d}" for c in range(cores)]
-    # port lines per switch / adapter: name -> {port: (peer, peer_port, rate)}
-    ports: dict[str, dict[int, tuple[str, int, str]]] = {}
-    nports: dict[str, int] = {}
+    hosts = numbered_hosts(adapters_per_node, name="node{:03d}", first=1)
+    short: dict[tuple[str, str | int, str | int], str] = {}
+    if short_uplink is not None:
+        short[("uplink", 0, 0)] = short_uplink
+    if short_adapter is not None:
+        node, device, rate = short_adapter
+        short[("adapter", f"node{node:03d}", f"mlx5_{device}")] = rate
+    miswired = {}
+    if miswire is not None:
+        miswired[(f"node{miswire[0]:03d}", f"mlx5_{miswire[1]}")] = miswire[2]
+    return FatTree(
+        "ibsim",
+        hosts,
+        hosts_per_leaf=len(hosts),
+        spines=spines,
+        cores=cores,
+        rate="4xHDR",
+        # 36-port switches, uplinks right after the adapters (port 7 of leaf00)
+        switch_ports=36,
+        leaf_down_ports=0,
+        uplinks=uplinks,
+        names=NAMES,
+        short=short,
+        miswired=miswired,
+    )
 
-    def cable(a: str, ap: int, b: str, bp: int, rate: str) -> None:
-        for x, xp, y, yp in ((a, ap, b, bp), (b, bp, a, ap)):
-            slot = ports.setdefault(x, {})
-            assert xp not in slot, f"{x}[{xp}] cabled twice"
-            slot[xp] = (y, yp, rate)
 
-    tree = FatTree(path, leaf_names, spine_names, core_names, [])
-    next_port = dict.fromkeys(leaf_names, 1)
-    for n, count in enumerate(adapters_per_node, 1):
-        for d in range(count):
-            name = f"node{n:03d} mlx5_{d}"
-            tree.adapters.append(name)
-            nports[name] = 1
-            rail = d
-            if miswire is not None and (miswire[0], miswire[1]) == (n, d):
-                rail = miswire[2]
-                tree.miswired = (f"node{n:03d}", f"mlx5_{d}", leaf_names[rail])
-            leaf = leaf_names[rail]
-            rate = HDR
-            if short_adapter is not None and (short_adapter[0], short_adapter[1]) == (n, d):
-                rate = short_adapter[2]
-                tree.short.append((name, 1, leaf, next_port[leaf], rate))
-            cable(name, 1, leaf, next_port[leaf], rate)
-            next_port[leaf] += 1
-    down = max(next_port.values()) - 1
-    for li, leaf in enumerate(leaf_names):
-        for si, spine in enumerate(spine_names):
-            for u in range(uplinks):
-                lp = down + 1 + si * uplinks + u
-                sp = 1 + li * uplinks + u
-                rate = HDR
-                if short_uplink is not None and li == 0 and si == 0 and u == 0:
-                    rate = short_uplink
-                    tree.short.append((leaf, lp, spine, sp, rate))
-                cable(leaf, lp, spine, sp, rate)
-    for si, spine in enumerate(spine_names):
-        for ci, core in enumerate(core_names):
-            cable(spine, len(leaf_names) * uplinks + 1 + ci, core, 1 + si, HDR)
-    for name, slot in ports.items():
-        nports.setdefault(name, max(max(slot), 8))
+def write_net(tree: FatTree, path: Path) -> Path:
+    path.write_text(net_file(tree))
+    return path
 
-    out: list[str] = [
-        "# fat tree for ibsim, written by tests/fabrics/ibsim.py:write_fat_tree",
-        "",
+
+def tiers(tree: FatTree) -> dict[str, str]:
+    """Switch name -> the tier it was built as."""
+    return {s.name: s.tier for s in cabling(tree).switches}
+
+
+def short_ends(tree: FatTree) -> set[tuple[str, int]]:
+    """(name, port) of the lower end of each cable that trains short."""
+    c = cabling(tree)
+    names = c.names()
+    return {(names[k.a.guid], k.a.port) for k in c.cables if k.rate != tree.rate}
+
+
+def miswired(tree: FatTree) -> list[tuple[str, str, str]]:
+    """(node, device, leaf it was plugged into) of each miswired adapter."""
+    index = {h.name: i for i, h in enumerate(tree.hosts)}
+    return [
+        (host, device, tree.leaf_name(tree.leaf_of(index[host], device)))
+        for host, device in tree.miswired
     ]
-    for name in leaf_names + spine_names + core_names:
-        out.append(f'Switch\t{max(nports[name], 36)} "{name}"')
-        for p in sorted(ports.get(name, {})):
-            peer, pp, rate = ports[name][p]
-            out.append(f'[{p}]\t"{peer}"[{pp}]\t{rate}')
-        out.append("")
-    for name in tree.adapters:
-        out.append(f'Hca\t1 "{name}"')
-        peer, pp, rate = ports[name][1]
-        out.append(f'[1]\t"{peer}"[{pp}]\t{rate}')
-        out.append("")
-    path.write_text("\n".join(out))
-    return tree
 
 
 class Simulator:
@@ -210,8 +181,7 @@ def capture(outdir: Path) -> list[Path]:
     written: list[Path] = []
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
-        net = work / "fat-tree.net"
-        write_fat_tree(net)
+        net = write_net(ibsim_tree(), work / "fat-tree.net")
         with open(net, "a") as fh:  # an adapter with no cable: discovery cannot leave it
             fh.write('\nHca\t1 "lonely mlx5_0"\n\n')
         version = subprocess.run(

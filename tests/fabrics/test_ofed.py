@@ -16,7 +16,7 @@ import pytest
 from llmgw.fabrics.ibnetdiscover import ParseError, parse
 from llmgw.fabrics.topology import analyze
 
-from .ibsim import Simulator, write_fat_tree
+from .ibsim import Simulator, ibsim_tree, miswired, short_ends, tiers, write_net
 
 pytestmark = [
     pytest.mark.ofed,
@@ -47,27 +47,24 @@ def _faults(
 
 
 def test_real_ibnetdiscover_finds_short_cables_and_a_miswired_rail(tmp_path: Path) -> None:
-    tree = write_fat_tree(tmp_path / "net")
-    with Simulator(tmp_path / "net", tmp_path) as sim:
+    tree = ibsim_tree()
+    with Simulator(write_net(tree, tmp_path / "net"), tmp_path) as sim:
         topo = sim.run("ibnetdiscover")
         ports = sim.run("ibnetdiscover", "-p")
-    want_tiers = {
-        **dict.fromkeys(tree.leaves, "leaf"),
-        **dict.fromkeys(tree.spines, "spine"),
-        **dict.fromkeys(tree.cores, "core"),
-    }
+    want_tiers = tiers(tree)
+    assert sorted(want_tiers.values()) == ["core"] * 2 + ["leaf"] * 4 + ["spine"] * 2
     want_bad = {
         ("leaf00", 7, "spine01", 1, "1xHDR"),  # w=1 on both ends
         ("node004 mlx5_1", 1, "leaf01", 3, "4xEDR"),  # e=2 on both ends
     }
-    assert {(a, ap) for a, ap, *_ in tree.short} == {(a, ap) for a, ap, *_ in want_bad}
+    assert short_ends(tree) == {(a, ap) for a, ap, *_ in want_bad}
     for text in (topo, ports):
         r = analyze(parse(text))
-        tiers, bad, mis = _faults(r)
-        assert tiers == want_tiers
+        got_tiers, bad, mis = _faults(r)
+        assert got_tiers == want_tiers
         assert bad == want_bad
-        assert mis == [tree.miswired]
-        assert r["summary"]["adapters"] == len(tree.adapters) == 20
+        assert mis == miswired(tree) == [("node003", "mlx5_1", "leaf02")]
+        assert r["summary"]["adapters"] == sum(h.adapters for h in tree.hosts) == 20
         assert r["summary"]["links"] == 32
     # the two formats name a CA differently: node GUID vs port GUID
     a_topo = {a["description"]: a for a in analyze(parse(topo))["adapters"]}
@@ -77,8 +74,7 @@ def test_real_ibnetdiscover_finds_short_cables_and_a_miswired_rail(tmp_path: Pat
 
 
 def test_healthy_two_uplink_fabric_has_no_findings(tmp_path: Path) -> None:
-    write_fat_tree(
-        tmp_path / "net",
+    tree = ibsim_tree(
         adapters_per_node=(2, 3, 4, 4, 2, 3, 4),
         spines=3,
         cores=1,
@@ -87,6 +83,7 @@ def test_healthy_two_uplink_fabric_has_no_findings(tmp_path: Path) -> None:
         short_adapter=None,
         miswire=None,
     )
+    write_net(tree, tmp_path / "net")
     with Simulator(tmp_path / "net", tmp_path) as sim:
         r = analyze(parse(sim.run("ibnetdiscover", host="node005 mlx5_1")))
     s = r["summary"]
@@ -97,7 +94,7 @@ def test_healthy_two_uplink_fabric_has_no_findings(tmp_path: Path) -> None:
 
 
 def test_adapter_with_no_cable_is_refused(tmp_path: Path) -> None:
-    write_fat_tree(tmp_path / "net")
+    write_net(ibsim_tree(), tmp_path / "net")
     with open(tmp_path / "net", "a") as fh:
         fh.write('\nHca\t1 "lonely mlx5_0"\n\n')
     with Simulator(tmp_path / "net", tmp_path) as sim:

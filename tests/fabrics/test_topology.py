@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from llmgw.fabrics.ibnetdiscover import parse
 from llmgw.fabrics.topology import analyze, split_description
+from llmgw.simulator.fat_tree import FatTree, numbered_hosts
+from llmgw.simulator.ibnetdiscover_dump import dump
 
 from .data import IBSIM, NDR, PORTS
-from .synth import fat_tree_text
 
 
 @pytest.fixture(scope="module")
@@ -163,25 +165,21 @@ def test_split_description(desc: str, want: tuple[str | None, str | None]) -> No
 
 
 def test_not_rail_optimised_reports_no_misalignment() -> None:
-    r = analyze(parse(fat_tree_text(64, rails=8, leaf_ports=32, spines=4, rail_optimised=False)))
+    # 64 nodes of 8 adapters, every adapter of 4 nodes on one leaf
+    hosts = numbered_hosts([8] * 64)
+    tree = FatTree("t", hosts, hosts_per_leaf=4, spines=4, rail_optimised=False)
+    r = analyze(parse(dump(tree)))
     assert r["summary"]["rail_optimised"] is False
     assert r["rail_misalignment"] == []
     assert r["summary"]["leaf"] == 16 and r["summary"]["spine"] == 4
 
 
 def test_degraded_needs_a_majority() -> None:
-    text = fat_tree_text(64, rails=4, spines=4)
-    r = analyze(parse(text))
+    tree = FatTree("t", numbered_hosts([4] * 64), hosts_per_leaf=32, spines=4)
+    r = analyze(parse(dump(tree)))
     assert r["degraded_links"] == [] and r["summary"]["misaligned_rails"] == 0
     # retrain one leaf-spine cable, both ends, at 2x: found, and only it
-    lines = text.splitlines()
-    i = next(k for k, ln in enumerate(lines) if '# "spine-0" lid 3 4xNDR' in ln)
-    j = next(
-        k for k, ln in enumerate(lines) if ln.startswith("[1]\t") and '# "leaf-0-0" lid 1' in ln
-    )
-    lines[i] = lines[i].replace("4xNDR", "2xNDR")
-    lines[j] = lines[j].replace("4xNDR", "2xNDR")
-    r = analyze(parse("\n".join(lines)))
+    r = analyze(parse(dump(replace(tree, short={("uplink", 0, 0): "2xNDR"}))))
     assert [(d["kind"], d["rate"], d["expected_rate"]) for d in r["degraded_links"]] == [
         ("leaf-spine", 200, 400)
     ]

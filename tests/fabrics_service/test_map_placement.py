@@ -20,7 +20,8 @@ from llmgw.inventory import commands
 from llmgw.inventory.models import Node
 from llmgw.placement import services as placement
 from llmgw.placement.snapshot import node_views
-from llmgw.simulator.ibnetdiscover_dump import FatTree, Host, dump
+from llmgw.simulator.fat_tree import FatTree, Host
+from llmgw.simulator.ibnetdiscover_dump import dump
 from tests.payloads import heartbeat, registration
 
 SM = "0x0000000000abcd01"

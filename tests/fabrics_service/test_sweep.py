@@ -31,7 +31,7 @@ from llmgw.inventory import commands
 from llmgw.inventory.models import AgentCommand, Node
 from llmgw.placement.snapshot import node_views
 from tests.fabrics.data import NDR_BAD
-from tests.fabrics.ibsim import Simulator, write_fat_tree
+from tests.fabrics.ibsim import Simulator, ibsim_tree, miswired, tiers, write_net
 from tests.payloads import heartbeat, registration
 
 pytestmark = [
@@ -65,8 +65,8 @@ def ports_of(sim: Simulator, host: str) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Simulator, Any]]:
-    net = write_fat_tree(tmp_path / "fat-tree.net")
-    sim = Simulator(net.path, tmp_path)
+    net = ibsim_tree()
+    sim = Simulator(write_net(net, tmp_path / "fat-tree.net"), tmp_path)
     # ibsim-run drops ./sys-<pid> where it runs; the agent's runner has no cwd of its own.
     monkeypatch.chdir(tmp_path)
     sim.start()
@@ -139,13 +139,8 @@ def test_the_sweep_maps_the_fabric_through_the_agent_stream(
     assert fabric_map.source_node == "node001" and fabric_map.error == ""
     summary = analysis["summary"]
     assert (summary["leaf"], summary["spine"], summary["core"]) == (4, 2, 2)
-    assert summary["host_adapters"] == len(net.adapters) == 20
-    tiers = {s["description"]: s["tier"] for s in analysis["switches"]}
-    assert tiers == {
-        **dict.fromkeys(net.leaves, "leaf"),
-        **dict.fromkeys(net.spines, "spine"),
-        **dict.fromkeys(net.cores, "core"),
-    }
+    assert summary["host_adapters"] == sum(h.adapters for h in net.hosts) == 20
+    assert {s["description"]: s["tier"] for s in analysis["switches"]} == tiers(net)
     # The two cables written short (an adapter at EDR, an uplink at 1x), and nothing else.
     found = {
         frozenset((d["a"]["description"], d["b"]["description"])): d["rate_text"]
@@ -156,9 +151,10 @@ def test_the_sweep_maps_the_fabric_through_the_agent_stream(
         frozenset(("leaf00", "spine01")): "1xHDR",
     }
     [wrong] = analysis["rail_misalignment"]
-    assert (wrong["node"], wrong["device"]) == net.miswired[:2]
+    [(node, device, plugged_into)] = miswired(net)
+    assert (wrong["node"], wrong["device"]) == (node, device)
     leaf_guids = {s["description"]: s["guid"] for s in analysis["switches"]}
-    assert wrong["leaf_guid"] == leaf_guids[net.miswired[2]]
+    assert wrong["leaf_guid"] == leaf_guids[plugged_into]
 
     # Placement reads it: node001's leaf is its mlx5_0's, found by its port GUID.
     views = {v.name: v for v in node_views()}
