@@ -223,6 +223,9 @@ def test_kill_a_web_and_a_worker_under_load(cluster: Cluster) -> None:
 
 
 def test_concurrent_api_calls(cluster: Cluster) -> None:
+    """Every call is answered: 200, or, past what the processes' database
+    pools serve within LLMGW_DB_POOL_TIMEOUT_S, 503 with Retry-After (load
+    shed, counted in the figures); never a 500 or a dropped connection."""
     count = int(seconds(500, 100))
     errors, latencies, wall = burst(cluster.urls, cluster.token, count)
     census = cluster.census()
@@ -230,5 +233,5 @@ def test_concurrent_api_calls(cluster: Cluster) -> None:
         f"{count} concurrent API calls", errors=dict(errors), wall_s=wall,
         p50_s=percentile(latencies, 50), p99_s=percentile(latencies, 99), **census,
     )  # fmt: skip
-    assert not errors, errors
+    assert set(errors) <= {503}, errors
     assert not any(census.values())
