@@ -12,8 +12,9 @@ from .command import (
     resolve_gguf,
 )
 from .process import GroupMeter, ShardProcess, describe_exit
+from .shard import State
 from .spec import ShardSpec, ShardSpecError
-from .supervisor import ShardSupervisor, State, Timing
+from .supervisor import ShardSupervisor, Timing
 
 __all__ = [
     "Command",

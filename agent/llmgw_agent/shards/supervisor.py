@@ -9,29 +9,29 @@ after a grace period).
 
 Engines outlive the agent (each runs in a session of its own), so restarting or upgrading
 the agent does not take models down. Every engine started is recorded (records.py); a new
-supervisor takes over the recorded engines that still run, watches and reports them, and
-once the control plane's first answer says what is wanted, keeps the ones it still wants
-as they are and stops the others. It never signals a process no record names.
+supervisor takes over the recorded engines that still run (adoption.py), watches and
+reports them, and once the control plane's first answer says what is wanted, keeps the
+ones it still wants as they are and stops the others. It never signals a process no
+record names.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
 import signal
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
 from ..config import AgentConfig
+from .adoption import adopted_shard, record_engine, still_running
 from .command import (
     NotRunnable,
     advertised_host,
@@ -41,22 +41,12 @@ from .command import (
     pick_port,
     url_for,
 )
-from .process import (
-    GroupMeter,
-    ShardProcess,
-    boot_id,
-    same_process,
-    session_of,
-    start_time,
-    stdout_of,
-)
+from .process import GroupMeter, ShardProcess, boot_id, same_process
 from .records import EngineRecord, Records
+from .shard import HISTORY, Shard, State
 from .spec import ShardSpec, ShardSpecError
 
 log = logging.getLogger("llmgw_agent.shards")
-
-State = Literal["pending", "starting", "loading", "ready", "failed", "stopping"]
-HISTORY = 100
 
 
 @dataclass(frozen=True)
@@ -71,42 +61,9 @@ class Timing:
     reset_after_s: float = 300.0  # ready this long: the next failure starts over at 1 s
     grace_s: float = 15.0  # SIGTERM, then SIGKILL after this
 
-
-def _now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass
-class _Shard:
-    spec: ShardSpec
-    state: State = "pending"
-    message: str = ""
-    since: str = field(default_factory=_now_iso)
-    wanted: bool = True
-    proc: ShardProcess | None = None
-    meter: GroupMeter | None = None
-    port: int | None = None
-    restarts: int = 0
-    failures: int = 0  # in a row, for the backoff
-    retry_at: float | None = None
-    ready_at: float | None = None
-    stop_deadline: float | None = None
-    killed: bool = False
-    health_due: float = 0.0
-    last_failure: str = ""
-    history: list[str] = field(default_factory=list)
-    # Taken over from an earlier agent and not yet matched against a desired state.
-    adopted: bool = False
-    restart_why: str | None = None  # an adopted engine that is not what is wanted now
-
-    def set(self, state: State, message: str) -> None:
-        if (state, message) == (self.state, self.message):
-            return
-        if state != self.state:
-            self.since = _now_iso()
-            log.info("shard %s: %s %s", self.spec.id, state, message)
-        self.state, self.message = state, message
-        self.history = [*self.history, f"{state}: {message}" if message else state][-HISTORY:]
+    def backoff(self, failures: int) -> float:
+        """The delay before the next start, after `failures` in a row."""
+        return min(self.backoff_cap_s, self.backoff_s * 2.0 ** (failures - 1))
 
 
 class ShardSupervisor:
@@ -130,7 +87,7 @@ class ShardSupervisor:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._shards: dict[str, _Shard] = {}
+        self._shards: dict[str, Shard] = {}
         self._engines: list[Mapping[str, Any]] = []
         self._bad: dict[str, str] = {}  # shard id -> why its spec was refused
         self._forgotten: dict[str, list[str]] = {}  # the histories of stopped shards
@@ -188,7 +145,7 @@ class ShardSupervisor:
             for shard_id, spec in specs.items():
                 shard = self._shards.get(shard_id)
                 if shard is None:
-                    self._shards[shard_id] = _Shard(spec)
+                    self._shards[shard_id] = Shard(spec)
                     continue
                 if shard.adopted:
                     self._claim(shard, spec)
@@ -205,7 +162,7 @@ class ShardSupervisor:
             self._thread = threading.Thread(target=self._run, name="llmgw-shards", daemon=True)
             self._thread.start()
 
-    def _claim(self, shard: _Shard, spec: ShardSpec) -> None:
+    def _claim(self, shard: Shard, spec: ShardSpec) -> None:
         """An engine taken over is kept only when it runs exactly the shard wanted now."""
         if spec.generation != shard.spec.generation:
             return  # restarted for the new generation, as any running engine is
@@ -295,7 +252,7 @@ class ShardSupervisor:
 
     # -- the loop ----------------------------------------------------------------------
 
-    def _entry(self, s: _Shard) -> dict[str, Any]:
+    def _entry(self, s: Shard) -> dict[str, Any]:
         running = s.proc is not None and s.proc.ended is None
         return {
             "id": s.spec.id,
@@ -319,7 +276,7 @@ class ShardSupervisor:
             self._wake.clear()
 
     def _tick(self) -> None:
-        checks: list[tuple[_Shard, ShardProcess, str]] = []
+        checks: list[tuple[Shard, ShardProcess, str]] = []
         with self._lock:
             now = self.clock()
             for shard_id, shard in list(self._shards.items()):
@@ -356,7 +313,7 @@ class ShardSupervisor:
             return "loading", "loading the model"
         return "starting", f"/health answered {answer.status_code}"
 
-    def _apply_health(self, shard: _Shard, state: State, message: str, now: float) -> None:
+    def _apply_health(self, shard: Shard, state: State, message: str, now: float) -> None:
         t = self.timing
         if state == "ready":
             shard.ready_at = shard.ready_at if shard.ready_at is not None else now
@@ -371,7 +328,7 @@ class ShardSupervisor:
             message = f"{message}; restart {shard.restarts} after: {shard.last_failure}"
         shard.set(state, message)
 
-    def _step(self, shard: _Shard, now: float) -> bool:
+    def _step(self, shard: Shard, now: float) -> bool:
         """Move one shard along; True when it is gone and should be forgotten."""
         proc = shard.proc
         if proc is not None:
@@ -389,7 +346,7 @@ class ShardSupervisor:
         self._start(shard, now)
         return False
 
-    def _step_running(self, shard: _Shard, proc: ShardProcess, now: float) -> None:
+    def _step_running(self, shard: Shard, proc: ShardProcess, now: float) -> None:
         if shard.state == "stopping":
             if shard.stop_deadline is not None and now >= shard.stop_deadline and not shard.killed:
                 log.warning("shard %s ignored SIGTERM for %g s; killing its group",
@@ -406,13 +363,13 @@ class ShardSupervisor:
         elif shard.restart_why and self._desired_known:
             self._begin_stop(shard, proc, now, shard.restart_why)
 
-    def _begin_stop(self, shard: _Shard, proc: ShardProcess, now: float, why: str) -> None:
+    def _begin_stop(self, shard: Shard, proc: ShardProcess, now: float, why: str) -> None:
         proc.signal_group(signal.SIGTERM)
         shard.stop_deadline = now + self.timing.grace_s
         shard.killed = False
         shard.set("stopping", why)
 
-    def _exited(self, shard: _Shard, proc: ShardProcess, ended: str, now: float) -> None:
+    def _exited(self, shard: Shard, proc: ShardProcess, ended: str, now: float) -> None:
         # Whatever the leader left behind in its group (workers holding GPU memory) goes too.
         if proc.group_alive():
             proc.signal_group(signal.SIGKILL)
@@ -427,8 +384,7 @@ class ShardSupervisor:
                 shard.set("pending", "starting the new generation" if new else "starting again")
             return
         shard.failures += 1
-        t = self.timing
-        delay = min(t.backoff_cap_s, t.backoff_s * 2 ** (shard.failures - 1))
+        delay = self.timing.backoff(shard.failures)
         shard.retry_at = now + delay
         tail = proc.tail()
         why = ended
@@ -436,7 +392,7 @@ class ShardSupervisor:
         log.warning("shard %s %s; restarting in %g s", shard.spec.id, why, delay)
         shard.set("failed", f"{shard.last_failure} (restarting in {delay:g} s)")
 
-    def _start(self, shard: _Shard, now: float) -> None:
+    def _start(self, shard: Shard, now: float) -> None:
         spec = shard.spec
         try:
             engine = find_engine(spec, self._engines, self.configured)
@@ -458,8 +414,7 @@ class ShardSupervisor:
             )
         except OSError as exc:
             shard.failures += 1
-            t = self.timing
-            delay = min(t.backoff_cap_s, t.backoff_s * 2 ** (shard.failures - 1))
+            delay = self.timing.backoff(shard.failures)
             shard.retry_at = now + delay
             shard.last_failure = f"cannot start {command.argv[0]}: {exc.strerror or exc}"
             shard.set("failed", f"{shard.last_failure} (retrying in {delay:g} s)")
@@ -472,7 +427,9 @@ class ShardSupervisor:
         shard.health_due = now
         shard.restart_why = None
         log.info("shard %s: started pid %d: %s", spec.id, proc.pid, " ".join(command.argv))
-        self._record(spec, proc, port, engine, command.env)
+        record_engine(
+            self._records, self._boot, self.serve_host, spec, proc, port, engine, command.env
+        )
         message = "started"
         if shard.last_failure and shard.restarts:
             message = f"restart {shard.restarts} after: {shard.last_failure}"
@@ -483,112 +440,16 @@ class ShardSupervisor:
 
     # -- engines that outlive the agent -------------------------------------------------
 
-    def _record(
-        self, spec: ShardSpec, proc: ShardProcess, port: int, engine: str, env: dict[str, str]
-    ) -> None:
-        if proc.start_time is None:
-            return  # it exited before it could be looked at; its exit is seen next poll
-        record = EngineRecord(
-            shard=spec.id, replica=spec.replica, generation=spec.generation, pid=proc.pid,
-            start_time=proc.start_time, boot_id=self._boot, host=self.serve_host, port=port,
-            engine=engine, argv=proc.argv, env=dict(env), spec=spec,
-            log_path=str(proc.log_path), log_offset=proc.log_offset, started_at=_now_iso(),
-        )  # fmt: skip
-        try:
-            self._records.write(record)
-        except OSError as exc:
-            # It runs on; only a restarted agent would not know it (and leave it alone).
-            log.warning("shard %s: cannot record pid %d: %s", spec.id, proc.pid, exc)
-
-    def _shard_log_of(self, pid: int, log_path: Path | None = None) -> str | None:
-        """The shard log the process writes to (`log_path`, or any in log_dir), if it does:
-        engines and what they start write there, and little else on a node does."""
-        target = stdout_of(pid)
-        if log_path is not None:
-            # Rotation renames the file under the engine: r12-0.log becomes r12-0.log.1.
-            prefix = os.path.realpath(log_path)
-        else:
-            prefix = os.path.realpath(self.log_dir) + os.sep
-        return target if target is not None and target.startswith(prefix) else None
-
     def _take_over(self) -> None:
         """Adopt the recorded engines still running; forget the records of the others."""
         now = self.clock()
-        recorded: set[int] = set()
-        for record in self._records.load():
-            recorded.add(record.pid)
-            what = f"shard {record.shard}: pid {record.pid}"
-            if record.boot_id != self._boot:
-                log.info("%s was started before the machine last booted; forgetting it", what)
-                self._records.remove(record.shard)
-                continue
-            ticks = start_time(record.pid)
-            if ticks is None:
-                self._clear_leftovers(record)
-                self._records.remove(record.shard)
-                continue
-            if ticks != record.start_time or session_of(record.pid) != record.pid:
-                # The kernel gave the pid to another process: not ours to signal.
-                log.info("%s is another process now; forgetting the record", what)
-                self._records.remove(record.shard)
-                continue
+        for record in still_running(self._records, self._boot, self.log_dir):
             self._adopt(record, now)
-        self._note_unrecorded(recorded)
 
     def _adopt(self, record: EngineRecord, now: float) -> None:
-        proc = ShardProcess.adopt(
-            record.pid, record.start_time, record.argv, Path(record.log_path),
-            record.generation, record.log_offset,
-        )  # fmt: skip
-        shard = _Shard(record.spec, proc=proc, port=record.port, adopted=True)
-        shard.meter = GroupMeter(proc.pid, proc.started)
-        if record.host != self.serve_host:
-            shard.restart_why = (
-                f"restarting: serve_host is {self.serve_host} now, it listens on {record.host}"
-            )
+        shard = adopted_shard(record, self.serve_host)
         self._shards[record.shard] = shard
-        log.info("shard %s: took over pid %d (port %d) from an earlier agent",
-                 record.shard, record.pid, record.port)  # fmt: skip
-        shard.set("starting", f"taken over from an earlier agent: pid {record.pid}")
         # Checked now, not on the loop's first turn: the first heartbeat already says ready.
         state, message = self._health(url_for(self.health_host, record.port))
         if same_process(record.pid, record.start_time):
             self._apply_health(shard, state, message, now)
-
-    def _clear_leftovers(self, record: EngineRecord) -> None:
-        """The leader is gone; what it started may still hold GPU memory (vLLM's workers).
-        They go, as they would had this agent seen the leader exit: those still in its group
-        and writing to its log."""
-        for pid in _pids():
-            if _pgid(pid) != record.pid or not self._shard_log_of(pid, Path(record.log_path)):
-                continue
-            log.warning("shard %s: killing pid %d, left behind by its engine (pid %d)",
-                        record.shard, pid, record.pid)  # fmt: skip
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def _note_unrecorded(self, recorded: set[int]) -> None:
-        for pid in _pids():
-            if pid in recorded or session_of(pid) != pid:
-                continue
-            target = self._shard_log_of(pid)
-            if target is not None:
-                # Started between a spawn and its record, or by hand: not known to be ours.
-                log.warning("pid %d writes to %s, but no record says an agent started it; "
-                            "leaving it alone", pid, target)  # fmt: skip
-
-
-def _pids() -> list[int]:
-    try:
-        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return []
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return None
