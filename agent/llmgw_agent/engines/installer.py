@@ -116,13 +116,7 @@ def install(
 
     if package_manager is not None and run_packages is not None:
         wanted = packages_for(parsed, package_manager)
-        progress(f"checking OS packages ({', '.join(wanted)})")
-        try:
-            added = ensure_packages(run_packages, package_manager, wanted)
-        except PackageError as exc:
-            raise InstallError(str(exc)) from exc
-        if added:
-            log.info("installed OS packages for %s: %s", spec.name, " ".join(added))
+        _ensure_packages(spec.name, wanted, run_packages, package_manager, progress)
 
     name = filename_of(build.url)
     try:
@@ -142,53 +136,78 @@ def install(
         tempfile.mkdtemp(prefix=f".staging-{spec.folder_name(platform)}-", dir=engines_dir)
     )
     try:
-        progress(f"unpacking {name}")
-        try:
-            unpack(archive, staging, max_bytes=limits.unpacked_bytes, max_members=limits.members)
-        except DamagedArchiveError as exc:
-            # The sha256 matched, so this is the file the control plane was told of.
-            raise InstallError(
-                f"{name}: damaged archive: {exc}; it matched its sha256, "
-                "so the file published is bad"
-            ) from exc
-        except ArchiveError as exc:
-            raise InstallError(f"{name}: {exc}") from exc
-        except OSError as exc:
-            raise InstallError(
-                f"cannot unpack {name} into {engines_dir}: {exc.strerror or exc}"
-            ) from exc
-        finally:
-            archive.unlink(missing_ok=True)
+        _unpack(archive, name, staging, limits, progress)
         binary = find_binary(archive_root(staging), binary_name)
         if binary is None:
             raise InstallError(f"{name} holds no {binary_name}")
-        relative = binary.relative_to(staging)
         progress(f"checking {binary_name}: ldd, then {binary_name} --version")
         try:
             info = check_llama_server(binary, run_local, spec.version)
         except VerifyError as exc:
             raise InstallError(str(exc)) from exc
-
         folder = engines_dir / spec.folder_name(platform)
-        if folder.exists():
-            # Whatever is there carries no marker we trust (else nobody would install).
-            shutil.rmtree(folder)
-        staging.rename(folder)
         marker = Marker(
             engine=spec.name,
             version=spec.version,
             platform=platform,
             sha256=build.sha256,
-            binary=str(relative),
+            binary=str(binary.relative_to(staging)),
             reported_version=info.describe(),
             commit=info.commit,
             installed_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
-        marker.write(folder)
-        return Installed(folder, folder / relative, marker, info)
+        _put_in_place(staging, folder, marker)
+        return Installed(folder, folder / marker.binary, marker, info)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _ensure_packages(
+    engine: str,
+    wanted: list[str],
+    run_packages: CommandRunner,
+    package_manager: PackageManager,
+    progress: Progress,
+) -> None:
+    progress(f"checking OS packages ({', '.join(wanted)})")
+    try:
+        added = ensure_packages(run_packages, package_manager, wanted)
+    except PackageError as exc:
+        raise InstallError(str(exc)) from exc
+    if added:
+        log.info("installed OS packages for %s: %s", engine, " ".join(added))
+
+
+def _unpack(
+    archive: Path, name: str, staging: Path, limits: InstallLimits, progress: Progress
+) -> None:
+    """Unpack the downloaded archive into `staging`; the archive goes either way."""
+    progress(f"unpacking {name}")
+    try:
+        unpack(archive, staging, max_bytes=limits.unpacked_bytes, max_members=limits.members)
+    except DamagedArchiveError as exc:
+        # The sha256 matched, so this is the file the control plane was told of.
+        raise InstallError(
+            f"{name}: damaged archive: {exc}; it matched its sha256, so the file published is bad"
+        ) from exc
+    except ArchiveError as exc:
+        raise InstallError(f"{name}: {exc}") from exc
+    except OSError as exc:
+        raise InstallError(
+            f"cannot unpack {name} into {staging.parent}: {exc.strerror or exc}"
+        ) from exc
+    finally:
+        archive.unlink(missing_ok=True)
+
+
+def _put_in_place(staging: Path, folder: Path, marker: Marker) -> None:
+    """The checked build becomes the engine's folder, marked last."""
+    if folder.exists():
+        # Whatever is there carries no marker we trust (else nobody would install).
+        shutil.rmtree(folder)
+    staging.rename(folder)
+    marker.write(folder)
 
 
 def recheck(folder: Path, run_local: CommandRunner) -> Installed:
