@@ -3,11 +3,11 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from llmgw.catalog.api.views import ModelViewSet
 from llmgw.fabrics.api.views import FabricListView, TopologyView
 from llmgw.inventory.api.views import NodeViewSet
 from llmgw.nvlink.api import NvlinkView
 from llmgw.serving.api.keys import ApiKeyViewSet
+from llmgw.serving.api.models import ModelViewSet
 
 
 class OptionalSlashRouter(SimpleRouter):

@@ -109,11 +109,6 @@ def apply(parsed: Parsed) -> dict[str, int]:
             )
             profiles += 1
         model.profiles.exclude(name__in=names).delete()
-    if parsed.engines:
-        # Every node converges on the engines the catalog names: tell them.
-        from llmgw.serving import desired
-
-        transaction.on_commit(desired.rebuild)
     return {"engines": len(parsed.engines), "models": len(parsed.models), "profiles": profiles}
 
 

@@ -59,7 +59,7 @@ class Api:
         if response.status_code >= 400 and response.status_code not in accept:
             if response.status_code == 409 and "explanation" in response.text:
                 data = response.json()
-                text = render_explanation(data["explanation"]) if data.get("explanation") else ""
+                text = "\n".join((data.get("explanation") or {}).get("lines") or [])
                 raise CtlError(f"refused: {data['detail']}" + (f"\n{text}" if text else ""))
             try:
                 detail = response.json()
@@ -250,58 +250,10 @@ def cmd_models(api: Api, args: argparse.Namespace) -> str:
     return table(["MODEL", "READY/REPLICAS", "ALWAYS", "UNDER_LOAD", "PROFILES"], rows)
 
 
-def render_explanation(data: dict[str, Any]) -> str:
-    lines = []
-    if data.get("dry_run"):
-        lines.append(f"{data['model']}: never placed; this is what placement would decide now")
-    elif data.get("made_at"):
-        lines.append(f"made {data['made_at']} ({ago(data.get('age_s'))} ago)")
-    replica = data.get("placed_replica")
-    if replica and (replica["released"] or replica["state"] == "failed"):
-        fate = "has been released" if replica["released"] else "has failed"
-        lines.append(
-            f"replica #{replica['id']}, placed by this attempt, {fate}: "
-            "below is the decision as made then, not where the model runs now"
-        )
-    decision = data.get("decision")
-    if decision:
-        where = f" across {decision['fabric']}" if decision.get("fabric") else ""
-        lines.append(f"{data['model']}: placed as profile {decision['profile']}{where}")
-        if data.get("route"):
-            lines.append(f"  {data['route']}")
-        for s in decision["shards"]:
-            gpus = ",".join(str(g) for g in s["gpus"]) or DASH
-            extra = f" adapters {','.join(s['adapters'])}" if s["adapters"] else ""
-            lines.append(
-                f"  {s['node']}: GPUs {gpus}, {s['cpu_cores']} cores, "
-                f"{format_bytes(s['memory_bytes'])}{extra}"
-            )
-    else:
-        lines.append(f"{data['model']}: cannot be placed")
-    for attempt in data.get("attempts", []):
-        verdict = "placed" if attempt["placed"] else "does not fit"
-        lines.append(f"profile {attempt['profile']} (priority {attempt['priority']}): {verdict}")
-        for reason in attempt["reasons"]:
-            lines.append(
-                f"  {reason['summary']} ({reason['count']} node{'s' if reason['count'] != 1 else ''}):"
-            )
-            lines.extend(f"    {n['message']}" for n in reason["nodes"])
-    return "\n".join(lines)
-
-
-def ago(seconds: float | None) -> str:
-    if seconds is None:
-        return DASH
-    whole = int(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if whole >= size:
-            return f"{whole // size}{unit}"
-    return f"{whole}s"
-
-
 def cmd_explain(api: Api, args: argparse.Namespace) -> str:
     data = api.call("GET", f"/api/v1/models/{args.model}/explain")
-    return json.dumps(data, indent=2) if args.json else render_explanation(data)
+    # The server renders the explanation; every surface prints its lines.
+    return json.dumps(data, indent=2) if args.json else "\n".join(data["lines"])
 
 
 def cmd_headroom(api: Api, args: argparse.Namespace) -> str:
@@ -313,10 +265,11 @@ def cmd_headroom(api: Api, args: argparse.Namespace) -> str:
 
 def cmd_place(api: Api, args: argparse.Namespace) -> str:
     data = api.call("POST", f"/api/v1/models/{args.model}/place", accept=(409,))
+    text = "\n".join(data["lines"])
     if not data["placed"]:
-        raise CtlError(render_explanation(data))
+        raise CtlError(text)
     # The replica is held (always_running counts it): say so, and how to undo.
-    return f"{render_explanation(data)}\nreplica #{data['replica']}: {data['held']}"
+    return f"{text}\nreplica #{data['replica']}: {data['held']}"
 
 
 def profile_memory(profile: dict[str, Any]) -> str:

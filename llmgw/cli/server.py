@@ -40,11 +40,11 @@ def node_command(action: str, name: str) -> int:
 def catalog_command(path: str) -> int:
     from pathlib import Path
 
-    from llmgw.catalog import services as catalog
     from llmgw.catalog.loader import CatalogError
+    from llmgw.serving import services as serving
 
     try:
-        counts = catalog.apply_file(Path(path))
+        counts = serving.apply_catalog(Path(path))
     except CatalogError as exc:
         print(f"{path}: refused, nothing applied:", file=sys.stderr)
         for error in exc.errors:

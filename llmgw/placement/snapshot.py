@@ -18,7 +18,6 @@ from llmgw.inventory import services as inventory
 from llmgw.inventory.models import Gpu, ModelHolding, Node
 from llmgw.nvlink import domains
 from llmgw.placement.types import GpuView, NodeView, Profile, gib_bytes
-from llmgw.serving.models import GpuClaim, Shard
 
 
 def profile_view(row: ProfileRow) -> Profile:
@@ -57,18 +56,22 @@ def claims_by_node() -> Claims:
     the node, and replicas of one model spread over nodes.
 
     Counted per profile and converted per shard as the scheduler converts
-    them, so a fractional memory_gb adds up to the same bytes either way."""
-    rows = Shard.objects.values(
-        "node_id",
-        "replica__model__name",
-        "replica__profile__memory_gb",
-        "replica__profile__cpu_cores",
-    ).annotate(count=Count("pk"))
+    them, so a fractional memory_gb adds up to the same bytes either way.
+    Read through the node's own relations: serving stores the shards, and
+    placement reads them without importing serving."""
+    rows = Node.objects.values(
+        "pk",
+        "shards__replica__model__name",
+        "shards__replica__profile__memory_gb",
+        "shards__replica__profile__cpu_cores",
+    ).annotate(count=Count("shards"))
     claims = Claims()
     for r in rows:
-        node, count, model = r["node_id"], r["count"], r["replica__model__name"]
-        claims.memory[node] += count * gib_bytes(r["replica__profile__memory_gb"] or 0)
-        claims.cores[node] += count * (r["replica__profile__cpu_cores"] or 0)
+        node, count, model = r["pk"], r["count"], r["shards__replica__model__name"]
+        if not count:  # a node with no shard at all (the join is an outer one)
+            continue
+        claims.memory[node] += count * gib_bytes(r["shards__replica__profile__memory_gb"] or 0)
+        claims.cores[node] += count * (r["shards__replica__profile__cpu_cores"] or 0)
         claims.models[node][model] = claims.models[node].get(model, 0) + count
     return claims
 
@@ -269,7 +272,9 @@ def node_views() -> list[NodeView]:
     now = timezone.now()
     claims = claims_by_node()
     claimed = defaultdict(set)
-    for node_id, index in GpuClaim.objects.values_list("node_id", "index"):
+    for node_id, index in Node.objects.filter(gpu_claims__isnull=False).values_list(
+        "pk", "gpu_claims__index"
+    ):
         claimed[node_id].add(index)
     gpus = defaultdict(list)
     cards = defaultdict(list)

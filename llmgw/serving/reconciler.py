@@ -21,8 +21,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from llmgw.catalog.models import Model
-from llmgw.placement import services as placement
-from llmgw.serving import lost
+from llmgw.serving import lost, placing
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import HeldState, Replica
 
@@ -122,12 +121,12 @@ def _reconcile(model: Model, now: datetime) -> dict[str, Any]:
                 replica.state,
                 why,
             )
-            placement.release_replica(replica.pk)
+            placing.release_replica(replica.pk)
             done["released"].append(replica.pk)
     live = [r for r in replicas if r.state not in (ReplicaState.FAILED, ReplicaState.LOST)]
     wanted = target(model, len(live), now)
     while len(live) + len(done["placed"]) < wanted:
-        replica, result = placement.place_replica(model.name)
+        replica, result = placing.place_replica(model.name)
         if replica is None:
             done["refused"] = result.explanation.render()
             break
@@ -157,7 +156,7 @@ def take_back(model: Model, wanted: int) -> list[int]:
     order = sorted(newest_first, key=lambda r: r.state == ReplicaState.READY)
     released = []
     for replica in order[: max(len(live) - wanted, 0)]:
-        placement.release_replica(replica.pk)
+        placing.release_replica(replica.pk)
         released.append(replica.pk)
     return released
 

@@ -1,17 +1,18 @@
-"""Held counts and replica bookkeeping."""
+"""Held counts, and the catalog changes that move what nodes run."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.db import transaction
 
+from llmgw.catalog import services as catalog
 from llmgw.catalog.models import Model
-from llmgw.placement import scheduler
 from llmgw.placement import services as placement
-from llmgw.placement.services import PlacementError, explanation_data
-from llmgw.placement.snapshot import node_views, profile_view
+from llmgw.placement.services import PlacementError
 from llmgw.placement.types import Placement
+from llmgw.serving import desired, placing
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import Replica
 
@@ -20,20 +21,6 @@ class CountRefused(Exception):
     def __init__(self, message: str, explanation: dict[str, Any]) -> None:
         super().__init__(message)
         self.explanation = explanation
-
-
-def room_for(model: Model, wanted: int) -> tuple[int, dict[str, Any] | None]:
-    """Dry-run placing `wanted` more replicas on a copy of the inventory.
-    Returns how many fit and, when short, the explanation of the first that
-    did not."""
-    inventory = scheduler.Inventory(node_views())
-    profiles = [profile_view(p) for p in model.profiles.all()]
-    for placed in range(wanted):
-        placement = inventory.place(model.name, profiles)
-        if placement.decision is None:
-            return placed, explanation_data(placement)
-        inventory.apply(placement.decision)
-    return wanted, None
 
 
 def set_counts(name: str, always_running: int | None, under_load: int | None) -> Model:
@@ -54,7 +41,7 @@ def set_counts(name: str, always_running: int | None, under_load: int | None) ->
             )
         missing = target_always - model.replicas.count()
         if missing > 0:
-            fits, explanation = room_for(model, missing)
+            fits, explanation = placement.room_for(model, missing)
             if fits < missing:
                 raise CountRefused(
                     f"always_running {target_always} cannot be met: {model.replicas.count()} running, "
@@ -84,7 +71,7 @@ def place_by_hand(name: str) -> tuple[Replica | None, Placement, dict[str, Any]]
         except Model.DoesNotExist:
             raise PlacementError(f"no model named {name!r} in the catalog") from None
         before = model.always_running
-        replica, result = placement.place_replica(name)
+        replica, result = placing.place_replica(name)
         counts: dict[str, Any] = {"before": before, "after": before, "held": ""}
         if replica is None:
             return None, result, counts
@@ -100,3 +87,14 @@ def place_by_hand(name: str) -> tuple[Replica | None, Placement, dict[str, Any]]
             f"this replica; lower it with llmgw ctl model scale {name} --always-running N"
         )
         return replica, result, {"before": before, "after": live, "held": held}
+
+
+def apply_catalog(path: Path) -> dict[str, int]:
+    """`llmgw catalog FILE`: apply the file, and when it names engines tell
+    every node, which converges on the engines the catalog names. The
+    catalog knows nothing of nodes; this is where the two meet."""
+    with transaction.atomic():
+        counts = catalog.apply_file(path)
+        if counts["engines"]:
+            transaction.on_commit(desired.rebuild)
+    return counts

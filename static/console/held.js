@@ -7,27 +7,13 @@
   const card = document.getElementById("card");
   let current = null;
 
+  // The server renders the explanation, the lines `llmgw ctl explain`
+  // prints (names, numbers, when it was made, what became of its replica);
+  // the page shows them as they are rather than saying it a third way.
   function explanation(ex) {
-    if (!ex) return el("p", { class: "dim" }, "No explanation.");
-    const head = ex.placed === false || ex.decision === null
-      ? el("p", { class: "bad" }, "Cannot be placed now.")
-      : el("p", { class: "ok" }, ex.route || "Placeable.");
-    const attempts = (ex.attempts || []).map((a) => el("div", { class: "attempt" }, [
-      el("h4", {}, [`profile ${a.profile}`, el("small", {}, ` priority ${fmt.dash(a.priority)}${a.placed ? " · placed" : ""}`)]),
-      el("ul", {}, (a.reasons || []).map((r) => el("li", {}, [
-        el("b", {}, `${r.summary || r.code} (${r.count})`),
-        el("ul", { class: "nodes" }, r.nodes.slice(0, 12).map((n) => el("li", {}, n.message))),
-        r.nodes.length > 12 ? el("small", { class: "dim" }, `and ${r.nodes.length - 12} more`) : "",
-      ]))),
-    ]));
-    // When it was made and what became of the replica it placed: a stored
-    // explanation of a replica since released must not read as current.
-    const made = ex.made_at || ex.recorded_at;
-    const ago = LG.known(ex.age_s) ? ` (${fmt.age(ex.age_s)} ago)` : "";
-    const pr = ex.placed_replica;
-    const fate = pr ? (pr.released ? ` · replica #${pr.id} has since been released` : ` · replica #${pr.id} is ${pr.state}`) : "";
-    const when = ex.dry_run ? "dry run now (no attempt recorded yet)" : made ? `last attempt ${new Date(made).toLocaleString()}${ago}${fate}` : "";
-    return el("div", { class: "explanation" }, [head, el("small", { class: "dim" }, when), ...attempts]);
+    const lines = (ex && ex.lines) || [];
+    if (!lines.length) return el("p", { class: "dim" }, "No explanation.");
+    return el("pre", { class: "explanation" }, lines.join("\n"));
   }
 
   function replicas(m) {

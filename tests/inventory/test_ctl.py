@@ -127,24 +127,29 @@ def test_ctl_model_resources_prints_gib(ctl_env, operator, capsys):
 
 
 def test_explanation_prints_a_shard_memory_in_gib():
-    text = ctl.render_explanation(
-        {
-            "model": "m",
-            "decision": {
-                "profile": "cpu",
-                "fabric": None,
-                "shards": [
-                    {
-                        "node": "cpu-1",
-                        "gpus": [],
-                        "cpu_cores": 4,
-                        "memory_bytes": 15 * 2**30,
-                        "adapters": [],
-                    }
-                ],
-            },
-            "attempts": [],
-        }
+    # The server renders the lines the CLI prints.
+    from llmgw.placement.explaining import lines
+
+    text = "\n".join(
+        lines(
+            {
+                "model": "m",
+                "decision": {
+                    "profile": "cpu",
+                    "fabric": None,
+                    "shards": [
+                        {
+                            "node": "cpu-1",
+                            "gpus": [],
+                            "cpu_cores": 4,
+                            "memory_bytes": 15 * 2**30,
+                            "adapters": [],
+                        }
+                    ],
+                },
+                "attempts": [],
+            }
+        )
     )
     assert "cpu-1: GPUs -, 4 cores, 15.0 GiB" in text
 

@@ -7,7 +7,7 @@ import pytest
 from llmgw.catalog import services as catalog
 from llmgw.cli.simulate import run as simulate
 from llmgw.nvlink import domains
-from llmgw.placement import services as placement
+from llmgw.serving import placing
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,13 +44,13 @@ def test_the_api_lists_the_domain_and_says_why_a_tray_is_out(rack, api):
 
 def test_a_multi_node_replica_lands_inside_the_domain(rack):
     catalog.apply_text(GB200_MODEL)
-    replica, result = placement.place_replica("big")
+    replica, result = placing.place_replica("big")
     assert replica is not None, result.explanation.render()
     decision = result.decision
     assert decision.fabric == "nvlink:7f3c2a10-5b8e-4d21-9c6f-2e8a1b4d9c01/32766"
     assert decision.env.get("NCCL_MNNVL_ENABLE") == "1"
     assert "sim-gb200-t07" not in decision.nodes and len(decision.nodes) == 4
-    explained = placement.explain("big")
+    explained = placing.explain("big")
     assert explained["route"].startswith("inside NVLink domain 7f3c2a10")
     assert "NCCL_MNNVL_ENABLE=1" in explained["route"]
     refusals = {

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from llmgw.catalog import services as catalog
-from llmgw.placement import services as placement
 from llmgw.placement.scheduler import Inventory
 from llmgw.placement.snapshot import node_views, profile_view
+from llmgw.serving import placing
 from llmgw.serving.models import Shard
 from llmgw.units import GiB
 from tests.payloads import heartbeat, registration
@@ -52,7 +52,7 @@ def test_a_shard_that_claims_nothing_uses_its_node_in_both(
     for model in ("pinned", "anywhere"):
         catalog.set_resources(model, memory_gb=0, cpu_cores=0)
     inv = Inventory(node_views())
-    replica, result = placement.place_replica("pinned")
+    replica, result = placing.place_replica("pinned")
     assert replica is not None and result.decision is not None
     assert result.decision.nodes == ("b",)
     inv.apply(result.decision)
@@ -61,7 +61,7 @@ def test_a_shard_that_claims_nothing_uses_its_node_in_both(
     rebuilt = Inventory(views.values())
     assert inv.node("b").used and rebuilt.node("b").used
     # Both pack the next CPU shard onto the node already in use.
-    replica, _ = placement.place_replica("anywhere")
+    replica, _ = placing.place_replica("anywhere")
     assert replica is not None
     assert Shard.objects.get(replica=replica).node.name == "b"
 
@@ -75,7 +75,7 @@ def test_a_node_counts_the_replicas_of_each_model_it_runs_in_both(
     inv = Inventory(node_views())
     placed = []
     for model in ("anywhere", "anywhere", "tenth"):
-        replica, result = placement.place_replica(model)
+        replica, result = placing.place_replica(model)
         assert replica is not None and result.decision is not None
         inv.apply(result.decision)
         placed.append(result.decision.nodes[0])
@@ -96,7 +96,7 @@ def test_fractional_claims_add_up_to_the_same_bytes(make_node: Any, agent_client
     inv = Inventory(node_views())
     [profile] = [profile_view(p) for p in catalog_profiles("tenth")]
     for _ in range(3):
-        replica, result = placement.place_replica("tenth")
+        replica, result = placing.place_replica("tenth")
         assert replica is not None and result.decision is not None
         inv.apply(result.decision)
     [view] = node_views()

@@ -10,8 +10,7 @@ import pytest
 from django.db import connection
 
 from llmgw.catalog import services as catalog
-from llmgw.cli import ctl
-from llmgw.placement import services as placement
+from llmgw.serving import placing
 from llmgw.serving.models import GpuClaim, Replica
 from tests.payloads import heartbeat, registration
 
@@ -123,9 +122,9 @@ def test_an_always_running_count_that_cannot_be_placed_is_refused(fleet, api):
 
 def test_replicas_are_released_whole(fleet, api):
     fleet("gpu-1", 512, gpu_count=2)
-    replica, _ = placement.place_replica("one-gpu")
+    replica, _ = placing.place_replica("one-gpu")
     assert GpuClaim.objects.count() == 1
-    placement.release_replica(replica.pk)
+    placing.release_replica(replica.pk)
     assert not GpuClaim.objects.exists() and not Replica.objects.exists()
 
 
@@ -142,7 +141,7 @@ def test_parallel_placement_never_hands_out_a_gpu_or_gigabyte_twice(fleet):
         def worker() -> None:
             try:
                 barrier.wait()
-                results.append(placement.place_replica(model)[0])
+                results.append(placing.place_replica(model)[0])
             finally:
                 connection.close()
 
@@ -175,13 +174,13 @@ def test_explain_says_when_it_was_made_and_that_its_replica_was_released(
         live = api.get("/api/v1/models/small-cpu/explain").json()
     assert live["placed_replica"] == {"id": replica, "state": "pending", "released": False}
     assert live["made_at"] and 0 <= live["age_s"] < 60
-    placement.release_replica(replica)
+    placing.release_replica(replica)
     with django_assert_num_queries(5):
         gone = api.get("/api/v1/models/small-cpu/explain").json()
     assert gone["placed_replica"] == {"id": replica, "state": None, "released": True}
     assert gone["made_at"] == live["made_at"] and gone["age_s"] >= live["age_s"]
     assert gone["text"].startswith(f"replica #{replica}, placed by this attempt, has been released")
-    rendered = ctl.render_explanation(gone)
+    rendered = "\n".join(gone["lines"])
     assert f"replica #{replica}, placed by this attempt, has been released" in rendered
     assert f"made {gone['made_at']} (" in rendered and " ago)" in rendered
 
@@ -217,7 +216,7 @@ def test_placing_by_hand_while_the_reconciler_places_neither_deadlocks_nor_misco
             if by_hand:
                 serving.place_by_hand("one-gpu")
             else:
-                placement.place_replica("one-gpu")
+                placing.place_replica("one-gpu")
         except BaseException as exc:  # a deadlock surfaces here
             errors.append(exc)
         finally:

@@ -10,8 +10,7 @@ from django.db import connection
 
 from llmgw.catalog import services as catalog
 from llmgw.catalog.models import Model
-from llmgw.placement import services as placement
-from llmgw.serving import reconciler
+from llmgw.serving import placing, reconciler
 from llmgw.serving.models import Replica
 from tests.payloads import heartbeat, registration
 
@@ -39,7 +38,7 @@ def test_two_reconcilers_at_once_never_place_a_duplicate(make_node, agent_client
     model = Model.objects.get(name="pair")
     for _ in range(4):
         for replica in Replica.objects.filter(model=model):
-            placement.release_replica(replica.pk)
+            placing.release_replica(replica.pk)
         start = threading.Barrier(2)
         errors: list[BaseException] = []
 

@@ -11,8 +11,7 @@ from django.utils import timezone
 from llmgw.catalog import services as catalog
 from llmgw.catalog.models import Model
 from llmgw.cli import ctl
-from llmgw.placement import services as placement
-from llmgw.serving import reconciler
+from llmgw.serving import placing, reconciler
 from llmgw.serving.models import Replica, Shard
 from tests.payloads import heartbeat, registration
 from tests.tokens import make_token
@@ -186,7 +185,7 @@ def test_a_replica_placed_by_hand_fills_a_held_count_it_falls_short_of(node, api
     # always_running 2 with one replica running (the second could not be
     # placed then): the hand-placed one is the second, nothing is raised.
     reconciler.reconcile_all()
-    placement.release_replica(Replica.objects.order_by("pk").last().pk)
+    placing.release_replica(Replica.objects.order_by("pk").last().pk)
     body = api.post("/api/v1/models/tiny/place").json()
     assert body["always_running"] == {"before": 2, "after": 2}
     assert body["held"] == "held as one of always_running 2"

@@ -1,14 +1,14 @@
+"""The catalog's serializers: a profile as the API shows it, and the
+bounded fields every write of catalog figures goes through."""
+
 from __future__ import annotations
 
 from typing import Any
 
-from django.utils import timezone
 from rest_framework import serializers
 
 from llmgw.catalog.loader import LIMITS
-from llmgw.catalog.models import Model, Profile
-from llmgw.serving.models import Replica
-from llmgw.units import GiB, format_bytes, format_bytes_pair
+from llmgw.catalog.models import Profile
 
 
 class ProfileSerializer(serializers.ModelSerializer):
@@ -29,101 +29,6 @@ class ProfileSerializer(serializers.ModelSerializer):
             "args",
             "node_selector",
             "fabric",
-        ]
-
-
-def measured(shard: Any) -> dict[str, Any]:
-    """The shard's cores and memory as its node last measured them (the
-    process group's), or {} when not measured."""
-    for sample in shard.node.shard_samples or []:
-        if sample.get("id") == shard.shard_id:
-            return {k: sample.get(k) for k in ("cpu_cores", "memory_bytes")}
-    return {}
-
-
-class ReplicaSerializer(serializers.ModelSerializer):
-    profile = serializers.CharField(source="profile.name")
-    nodes = serializers.SerializerMethodField()
-    age_s = serializers.SerializerMethodField()
-    warnings = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Replica
-        fields = [
-            "id",
-            "profile",
-            "state",
-            "fabric",
-            "nodes",
-            "created_at",
-            "age_s",
-            "env",
-            "warnings",
-        ]
-
-    def get_nodes(self, replica: Replica) -> list[dict[str, Any]]:
-        profile = replica.profile
-        out = []
-        for s in replica.shards.all():
-            m = measured(s)
-            out.append(
-                {
-                    "node": s.node.name,
-                    "rank": s.rank,
-                    "state": s.state,
-                    "url": s.url or None,
-                    "gpus": s.gpu_indices,
-                    "adapters": s.adapters,
-                    "restarts": s.restarts,
-                    "message": s.message or None,
-                    "cpu_cores": m.get("cpu_cores"),
-                    "memory_bytes": m.get("memory_bytes"),
-                    "reserved_cores": profile.cpu_cores or None,
-                    # memory_gb is GiB, as everywhere (llmgw.units).
-                    "reserved_memory_bytes": int(profile.memory_gb * GiB)
-                    if profile.memory_gb
-                    else None,
-                }
-            )
-        return out
-
-    def get_warnings(self, replica: Replica) -> list[str]:
-        """Declared against measured: a model that outgrew what it reserved is
-        what fills a node that placement thinks has room."""
-        out = []
-        for node in self.get_nodes(replica):
-            reserved, used = node["reserved_memory_bytes"], node["memory_bytes"]
-            if reserved is not None and used is not None and used > reserved:
-                uses, of = format_bytes_pair(used, reserved)
-                out.append(
-                    f"{node['node']}: uses {uses} of memory, reserved {of}; "
-                    "raise it with llmgw ctl model resources"
-                )
-            elif reserved is None and used is not None:
-                out.append(f"{node['node']}: uses {format_bytes(used)} of memory and reserves none")
-            cores, busy = node["reserved_cores"], node["cpu_cores"]
-            if cores is not None and busy is not None and busy > cores * 1.1:
-                out.append(f"{node['node']}: busy on {busy:.1f} cores, reserved {cores}")
-        return out
-
-    def get_age_s(self, replica: Replica) -> float:
-        return round((timezone.now() - replica.created_at).total_seconds(), 1)
-
-
-class ModelSerializer(serializers.ModelSerializer):
-    profiles = ProfileSerializer(many=True, read_only=True)
-    replicas = ReplicaSerializer(many=True, read_only=True)
-
-    class Meta:
-        model = Model
-        fields = [
-            "name",
-            "source",
-            "weights",
-            "always_running",
-            "under_load",
-            "profiles",
-            "replicas",
         ]
 
 

@@ -1,4 +1,7 @@
-"""The model API: the catalog, held counts, placement's explanations."""
+"""The model API: a model as it serves (its catalog entry, replicas and
+headroom), held counts, placing by hand, placement's explanations, and
+the declared resources (the catalog's own change, made here because the
+answer is the model as it serves)."""
 
 from __future__ import annotations
 
@@ -11,11 +14,13 @@ from rest_framework.response import Response
 
 from llmgw.accounts.permissions import ActionRoles, IsAdmin, IsOperator
 from llmgw.catalog import services as catalog
-from llmgw.catalog.api.serializers import CountsSerializer, ModelSerializer, ResourcesSerializer
+from llmgw.catalog.api.serializers import CountsSerializer, ResourcesSerializer
 from llmgw.catalog.loader import CatalogError
 from llmgw.catalog.models import Model
 from llmgw.placement import services as placement
+from llmgw.serving import placing
 from llmgw.serving import services as serving
+from llmgw.serving.api.serializers import ModelSerializer
 
 
 class ModelViewSet(ActionRoles, viewsets.GenericViewSet):
@@ -64,7 +69,7 @@ class ModelViewSet(ActionRoles, viewsets.GenericViewSet):
     @action(detail=True, methods=["get"])
     def explain(self, request: Request, name: str) -> Response:
         self.get_object()
-        return Response(placement.explain(name))
+        return Response(placing.explain(name))
 
     @extend_schema(responses=serializers.DictField())
     @action(detail=True, methods=["get"])

@@ -1,0 +1,169 @@
+"""Storing placement's decisions: the replica, its shards and GPU claims,
+the record explain reads, and the nodes' desired state, in one
+transaction.
+
+Two workers placing at once must never hand out one GPU, gigabyte or core
+twice. On PostgreSQL a transaction-scoped advisory lock serialises
+placement (decisions take milliseconds, so one at a time costs nothing),
+and the unique (node, index) constraint on GPU claims refuses a double
+hand-out even if a path ever bypasses the lock. The decision is asked for
+under the lock, so it is made on the claims every earlier placement
+committed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from llmgw.catalog.models import Model
+from llmgw.inventory.models import Node
+from llmgw.placement import services as placement
+from llmgw.placement.explaining import lines
+from llmgw.placement.types import Placement
+from llmgw.serving import desired
+from llmgw.serving.choices import ReplicaState
+from llmgw.serving.models import GpuClaim, PlacementRecord, Replica, Shard
+
+_LOCK_KEY = 0x6C6C6D67  # "llmg"
+
+
+def _lock() -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+
+
+def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
+    """Place one more replica of the model, or record why it cannot be."""
+    with transaction.atomic():
+        _lock()
+        model = placement.load_model(model_name)
+        result = placement.decide(model)
+        data = placement.explanation_data(result)
+        if result.decision is None:
+            _record(model, None, data)
+            return None, result
+        decision = result.decision
+        profiles = {p.name: p for p in model.profiles.all()}
+        replica = Replica.objects.create(
+            model=model,
+            profile=profiles[decision.profile],
+            fabric=decision.fabric or "",
+            env=dict(decision.env),
+            explanation=data,
+        )
+        _record(model, replica, data)
+        nodes = {n.name: n for n in Node.objects.filter(name__in=decision.nodes)}
+        for rank, s in enumerate(decision.shards):
+            shard = Shard.objects.create(
+                replica=replica,
+                node=nodes[s.node],
+                rank=rank,
+                gpu_indices=list(s.gpu_indices),
+                adapters=list(s.adapters),
+            )
+            GpuClaim.objects.bulk_create(
+                GpuClaim(shard=shard, node=nodes[s.node], index=i) for i in s.gpu_indices
+            )
+        desired.rebuild(n.pk for n in nodes.values())
+        return replica, result
+
+
+def _record(model: Model, replica: Replica | None, data: dict[str, Any]) -> None:
+    PlacementRecord.objects.update_or_create(
+        model=model,
+        defaults={
+            "placed": replica is not None,
+            "placed_replica": replica.pk if replica else None,
+            "explanation": data,
+        },
+    )
+
+
+@transaction.atomic
+def release_replica(replica_id: int) -> None:
+    """Release a replica whole: its shards and every claim they hold, and
+    tell its nodes (their desired state drops the shards, so agents stop
+    them)."""
+    nodes = list(Shard.objects.filter(replica_id=replica_id).values_list("node_id", flat=True))
+    Replica.objects.filter(pk=replica_id).delete()
+    desired.rebuild(nodes)
+
+
+def explain(model_name: str) -> dict[str, Any]:
+    """The last placement attempt as recorded, with when it was made and
+    what became of the replica it placed; if there has been none, a dry run
+    now, marked as such.
+
+    A record outlives what it describes: the replica it placed may since
+    have failed or been released, and its nodes lost their cables. Shown
+    bare, it reads as a placement that holds today."""
+    now = timezone.now()
+    record = PlacementRecord.objects.filter(model__name=model_name).first()
+    if record is None:
+        data = {
+            **placement.explanation_data(placement.dry_run(model_name)),
+            **_when(now, now),
+            "recorded_at": None,
+            "dry_run": True,
+            "placed_replica": None,
+        }
+        heading = [f"{data['model']}: never placed; this is what placement would decide now"]
+        return {**data, "lines": heading + lines(data)}
+    data = {
+        **record.explanation,
+        **_when(record.at, now),
+        "recorded_at": record.at.isoformat(),
+        "dry_run": False,
+        # None: the attempt placed nothing, or was recorded before records
+        # named their replica (unknown, not "released").
+        "placed_replica": None,
+    }
+    heading = [f"made {data['made_at']} ({_ago(data['age_s'])} ago)"]
+    if record.placed_replica is not None:
+        state = (
+            Replica.objects.filter(pk=record.placed_replica).values_list("state", flat=True).first()
+        )
+        data["placed_replica"] = {
+            "id": record.placed_replica,
+            "state": state,
+            "released": state is None,
+        }
+        fate = _fate(record.placed_replica, state)
+        if fate:
+            data["text"] = f"{fate}\n{data['text']}"
+            heading.append(fate)
+    # Rendered again from the data: a record stored before explanations
+    # carried their lines reads like any other.
+    return {**data, "lines": heading + lines(data)}
+
+
+def _when(made: datetime, now: datetime) -> dict[str, Any]:
+    return {"made_at": made.isoformat(), "age_s": round((now - made).total_seconds(), 1)}
+
+
+def _ago(seconds: float) -> str:
+    whole = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if whole >= size:
+            return f"{whole // size}{unit}"
+    return f"{whole}s"
+
+
+def _fate(replica_id: int, state: str | None) -> str:
+    """A line for a recorded placement whose replica no longer serves."""
+    if state is None:
+        return (
+            f"replica #{replica_id}, placed by this attempt, has been released: "
+            "what follows is the decision as made then, not where the model runs now"
+        )
+    if state == ReplicaState.FAILED:
+        return (
+            f"replica #{replica_id}, placed by this attempt, has failed: "
+            "the reconciler releases it and places a replacement"
+        )
+    return ""
