@@ -110,6 +110,10 @@ DATABASE_STATEMENT_TIMEOUT_S = env.integer("LLMGW_DB_STATEMENT_TIMEOUT_S", 5, mi
 DATABASE_DEADLINE_S = float(
     env.integer("LLMGW_DB_DEADLINE_S", max(DATABASE_STATEMENT_TIMEOUT_S, 5) + 3, minimum=1)
 )
+# How long a request may wait for a pooled connection while the database
+# keeps answering (a burst of calls); while it does not, a request gives up
+# after the pool's own timeout (llmgw.database.queue).
+DATABASE_QUEUE_S = float(env.integer("LLMGW_DB_QUEUE_S", 60, minimum=0))
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
 if DATABASE_URL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
@@ -124,7 +128,8 @@ if DATABASE_URL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
         "pool": {
             "min_size": 1,
             "max_size": DATABASE_POOL_MAX,
-            # How long a request waits for a connection before its 503.
+            # How long a request waits for a connection before its 503,
+            # unless the database is answering (LLMGW_DB_QUEUE_S).
             "timeout": env.integer("LLMGW_DB_POOL_TIMEOUT_S", 10, minimum=1),
         },
         "connect_timeout": 5,
