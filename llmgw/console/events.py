@@ -1,11 +1,7 @@
 """Tell open console pages that something durable changed.
 
-Services call these inside their transaction; the event leaves only once
-the transaction commits (a page that refetches on an event must find the
-new rows, and a rolled-back change must send nothing). They are called on
-the durable-change path only, never per plain heartbeat: that path is the
-hot one, and a heartbeat that changes nothing durable changes nothing a page
-draws that its ~10 s poll would not catch anyway.
+The pages hear of the domain's events (llmgw.events), to which the console
+subscribes at start-up; those arrive only once the change is committed.
 
 With the in-memory channel layer (the embedded default) an event sent by
 another process (the simulator, a worker) never arrives; the pages poll as
@@ -14,41 +10,33 @@ the fallback, so a lost event costs freshness, never correctness.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.db import transaction
+from channels.layers import get_channel_layer
 
-log = logging.getLogger(__name__)
+from llmgw import events
+
 GROUP = "console"
 
 
-def _send_now(kind: str, data: dict[str, Any]) -> None:
-    try:
-        from channels.layers import get_channel_layer
-
-        layer = get_channel_layer()
-        if layer is None:
-            return
+def _send(kind: str, **data: Any) -> None:
+    layer = get_channel_layer()
+    if layer is not None:
         async_to_sync(layer.group_send)(GROUP, {"type": "console.event", "kind": kind, **data})
-    except Exception:  # noqa: BLE001 - a page event must never fail a heartbeat's commit
-        log.warning("console event %s not sent", kind, exc_info=True)
 
 
-def send(kind: str, **data: Any) -> None:
-    transaction.on_commit(lambda: _send_now(kind, data))
-
-
-def node_changed(name: str, changes: dict[str, Any]) -> None:
-    """After _store_changes: the node's page; its GPUs also redraw the racks."""
-    if not changes:
-        return
-    send("node changed", node=name)
+def node_changed(node: str, changes: dict[str, Any]) -> None:
+    """The node's page; its GPUs also redraw the racks."""
+    _send("node changed", node=node)
     if {"gpu_state_digest", "gpu_health_digest"} & changes.keys():
-        send("nvlink changed", node=name)
+        _send("nvlink changed", node=node)
 
 
 def fabric_changed(node: str | None = None, fabric: int | None = None) -> None:
-    """A node's ports or subnet managers, or a fabric's stored map."""
-    send("fabric changed", node=node, fabric=fabric)
+    _send("fabric changed", node=node, fabric=fabric)
+
+
+def subscribe() -> None:
+    events.subscribe("node_changed", node_changed)
+    events.subscribe("fabric_changed", fabric_changed)

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from llmgw_agent.protocol.fabric_identity import fabric_identity, normalize_guid
 
-from llmgw.console import events as console_events
+from llmgw import events
 from llmgw.fabrics import managers
 from llmgw.fabrics.choices import FabricKind
 from llmgw.fabrics.models import PhysicalFabric, Port, SubnetManager
@@ -177,7 +177,7 @@ def observe(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
     managers.record(node, observer.seen, observer.claims(), observer.listed, now)
     for fabric in observer.fabrics.values():
         PhysicalFabric.objects.filter(pk=fabric.pk).update(last_seen=now)
-    console_events.fabric_changed(node=node.name)
+    events.publish("fabric_changed", node=node.name, fabric=None)
     if "fabrics_active" in data:
         active = sorted(set(data["fabrics_active"]))
     else:

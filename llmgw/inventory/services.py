@@ -15,7 +15,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from llmgw.console import events as console_events
+from llmgw import events
 from llmgw.fabrics import services as fabric_services
 from llmgw.inventory import commands, credentials, gpus
 from llmgw.inventory.choices import NodeState
@@ -380,7 +380,7 @@ def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: 
         changes["state"] = NodeState.READY
     if changes:
         Node.objects.filter(pk=pk).update(**changes)
-    console_events.node_changed(node.name, changes)
+        events.publish("node_changed", node=node.name, changes=changes)
 
 
 def reconcile_soon() -> None:
