@@ -23,8 +23,8 @@ from llmgw.accounts import roles
 from llmgw.fabrics.models import Port
 from llmgw.inventory import services
 from llmgw.inventory.api.serializers import NodeSerializer
+from llmgw.inventory.cards import card_views
 from llmgw.inventory.models import Node
-from llmgw.nvlink import domains
 
 # Counters that count traffic, not trouble: every other non-zero counter is shown.
 TRAFFIC = {"port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets"}
@@ -95,28 +95,25 @@ def _port_rows(node: Node) -> list[dict[str, Any]]:
 
 
 def _gpu_rows(node: Node) -> list[dict[str, Any]]:
+    """The node's cards, from the gpus it was loaded with."""
     samples = {s.get("index"): s for s in node.gpu_telemetry or [] if isinstance(s, dict)}
-    rows = []
-    for g in node.gpus.all():
-        rows.append(
-            {
-                "index": g.index,
-                "uuid": g.uuid,
-                "name": g.name,
-                "gpu_class": g.gpu_class,
-                "memory_total_bytes": g.memory_total_bytes,
-                "ecc_uncorrected": g.ecc_uncorrected,
-                "healthy": g.healthy,
-                "unhealthy_reason": g.unhealthy_reason,
-                **{k: getattr(g, k) for k in GPU_WEAR_FIELDS},
-                "domain": domains.domain_of(g.fabric),
-                "nvlink_problem": domains.card_problem(g.fabric)
-                if domains.domain_of(g.fabric)
-                else "",
-                "sample": samples.get(g.index),
-            }
-        )
-    return rows
+    return [
+        {
+            "index": c.index,
+            "uuid": c.uuid,
+            "name": c.name,
+            "gpu_class": c.gpu_class,
+            "memory_total_bytes": c.memory_total_bytes,
+            "ecc_uncorrected": c.ecc_uncorrected,
+            "healthy": c.healthy,
+            "unhealthy_reason": c.unhealthy_reason,
+            **{k: getattr(c, k) for k in GPU_WEAR_FIELDS},
+            "domain": c.nvlink_domain,
+            "nvlink_problem": c.nvlink_problem,
+            "sample": samples.get(c.index),
+        }
+        for c in card_views([node], node.gpus.all())[node.pk]
+    ]
 
 
 @session_json

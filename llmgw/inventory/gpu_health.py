@@ -5,6 +5,13 @@ llmgw_agent.protocol.xids, so both sides read the same one), a pending or failed
 remap, another process on the card, or a card the driver no longer lists.
 Each is named in the refusal, because "GPU unhealthy" tells an operator
 nothing about what to do.
+
+And what a card says of its multi-node NVLink domain (GB200 NVL72, NVLink
+Switch systems): the domain its GPU fabric names, and why it is not joined.
+
+All of it is worked out when a card's report is stored (card_state) and
+kept on its row, so no reader works it out again; llmgw.inventory.cards is
+the one view every reader takes of it.
 """
 
 from __future__ import annotations
@@ -13,7 +20,17 @@ from typing import Any
 
 from llmgw_agent.protocol.xids import HARDWARE_XIDS, is_hardware_xid
 
-__all__ = ["HARDWARE_XIDS", "hardware_xids", "unhealthy_reason"]
+__all__ = [
+    "HARDWARE_XIDS",
+    "card_problem",
+    "card_state",
+    "degraded",
+    "domain_of",
+    "hardware_xids",
+    "unhealthy_reason",
+]
+
+ZERO_UUIDS = {"", "00000000-0000-0000-0000-000000000000"}
 
 
 def hardware_xids(xids: dict[str, int] | None) -> dict[int, int]:
@@ -47,3 +64,52 @@ def unhealthy_reason(gpu: Any) -> str:
     if gpu.foreign_processes:
         return f"{gpu.foreign_processes} other process(es) on the card"
     return ""
+
+
+def domain_of(fabric: dict[str, Any] | None) -> str | None:
+    """The domain (ClusterUUID/CliqueId) a card's fabric names, joined or
+    not; None for none. A single machine's NVSwitch reports a cluster of
+    zeros: no domain."""
+    if not fabric:
+        return None
+    cluster = (fabric.get("cluster_uuid") or "").strip().lower()
+    if cluster in ZERO_UUIDS or fabric.get("multi_node") is False or set(cluster) <= {"0", "-"}:
+        return None
+    return f"{cluster}/{fabric.get('clique_id', 0)}"
+
+
+def card_problem(fabric: dict[str, Any] | None) -> str:
+    """Why a card of a domain is not joined, or degraded; '' when it is well."""
+    if not fabric:
+        return "fabric state not reported"
+    state, status = fabric.get("state"), fabric.get("status")
+    if state != "completed":
+        return f"fabric registration {state or 'unknown'}" + (f" ({status})" if status else "")
+    if status and status != "success":
+        return f"fabric registration completed with status {status}"
+    if fabric.get("health") in ("unhealthy",):
+        return "fabric health unhealthy"
+    return ""
+
+
+def degraded(fabric: dict[str, Any] | None) -> bool:
+    return bool(fabric) and (
+        fabric.get("bandwidth") == "degraded" or fabric.get("health") == "limited_capacity"
+    )
+
+
+# The columns of a Gpu row that card_state fills.
+CARD_STATE = ("unhealthy_reason", "nvlink_domain", "nvlink_problem", "nvlink_degraded")
+
+
+def card_state(gpu: Any) -> dict[str, Any]:
+    """A card's state from what it reported, by CARD_STATE column. Takes
+    anything with a Gpu row's attributes, so the migration that filled the
+    columns ran this same function."""
+    domain = domain_of(gpu.fabric)
+    return {
+        "unhealthy_reason": unhealthy_reason(gpu),
+        "nvlink_domain": domain,
+        "nvlink_problem": card_problem(gpu.fabric) if domain else "",
+        "nvlink_degraded": degraded(gpu.fabric),
+    }

@@ -1,12 +1,15 @@
 """Storing what agents say about GPUs: identity at registration, the
 per-heartbeat samples on the node row, and wear and health on the Gpu rows
-only when they change."""
+only when they change. Whatever writes a card's report works out its state
+again (gpu_health.card_state) in the same write, always under the node's
+lock, so a reader never finds the state behind the report."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
+from llmgw.inventory.gpu_health import CARD_STATE, card_state
 from llmgw.inventory.models import Gpu, Node
 
 # Read once a minute by the agent; absent from the heartbeats in between.
@@ -42,6 +45,28 @@ def register(node: Node, gpus: list[dict[str, Any]]) -> None:
                 continue
         Gpu.objects.update_or_create(node=node, index=gpu["index"], defaults=defaults)
     Gpu.objects.filter(node=node).exclude(index__in=seen).delete()
+    # A card registered again keeps the wear it had, so its state is worked
+    # out from the whole row, not from what this registration said.
+    _save([g for g in Gpu.objects.filter(node=node) if _update(g, {})], CARD_STATE)
+
+
+def _update(gpu: Gpu, changes: dict[str, Any]) -> set[str]:
+    """Apply changes to the card, and the state they lead to; returns the
+    columns that changed."""
+    changed = {k for k, v in changes.items() if getattr(gpu, k) != v}
+    for key, value in changes.items():
+        setattr(gpu, key, value)
+    for key, value in card_state(gpu).items():
+        if getattr(gpu, key) != value:
+            setattr(gpu, key, value)
+            changed.add(key)
+    return changed
+
+
+def _save(gpus: list[Gpu], fields: set[str] | tuple[str, ...]) -> None:
+    # One statement for all the cards, whatever their number.
+    if gpus and fields:
+        Gpu.objects.bulk_update(gpus, sorted(fields))
 
 
 def state_key(gpus: list[dict[str, Any]]) -> list[Any]:
@@ -71,37 +96,45 @@ def health_key(data: dict[str, Any]) -> dict[str, Any] | None:
 
 def store_state(node: Node, gpus: list[dict[str, Any]]) -> None:
     by_index = {g["index"]: g for g in gpus}
+    changed: list[Gpu] = []
+    fields: set[str] = set()
     for gpu in Gpu.objects.filter(node=node):
         sample = by_index.get(gpu.index)
-        changes: dict[str, Any] = {}
-        missing = sample is None or sample.get("error") == "lost"
-        if missing != gpu.missing:
-            changes["missing"] = missing
+        changes: dict[str, Any] = {"missing": sample is None or sample.get("error") == "lost"}
         if sample is not None:
             for key in ("ecc_uncorrected", "foreign_processes"):
-                if key in sample and sample[key] != getattr(gpu, key):
+                if key in sample:
                     changes[key] = sample[key]
-        if changes:
-            Gpu.objects.filter(pk=gpu.pk).update(**changes)
+        if columns := _update(gpu, changes):
+            changed.append(gpu)
+            fields |= columns
+    _save(changed, fields)
 
 
 def store_health(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
     """Update the cards' wear; returns the node fields to update. A card
     the report leaves out keeps its wear, dated by the last report that had
     it."""
+    cards = {g.index: g for g in Gpu.objects.filter(node=node)}
+    changed: dict[int, Gpu] = {}
+    fields: set[str] = set()
     if node.wear_changed_at is not None and node.wear_previously_reported_at is not None:
         # The cards of the last change were in every report since (else one
         # would have changed the digest), the last of which came just before
         # this one: date them by it, then this report's cards by now.
-        Gpu.objects.filter(node=node, health_reported_at__gte=node.wear_changed_at).update(
-            health_reported_at=node.wear_previously_reported_at
-        )
+        for gpu in cards.values():
+            at = gpu.health_reported_at
+            if at is not None and at >= node.wear_changed_at:
+                gpu.health_reported_at = node.wear_previously_reported_at
+                changed[gpu.index] = gpu
+                fields.add("health_reported_at")
     for sample in data.get("gpus") or []:
         changes = {k: sample[k] for k in WEAR if k in sample}
-        if changes:
-            Gpu.objects.filter(node=node, index=sample["index"]).update(
-                **changes, health_reported_at=now
-            )
+        gpu = cards.get(sample["index"])
+        if changes and gpu is not None:
+            fields |= _update(gpu, {**changes, "health_reported_at": now})
+            changed[gpu.index] = gpu
+    _save(list(changed.values()), fields)
     return {**{k: data[k] for k in NODE_HEALTH if k in data}, "wear_changed_at": now}
 
 

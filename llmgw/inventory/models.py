@@ -177,6 +177,16 @@ class Gpu(models.Model):
     # The GPU fabric (multi-node NVLink): state, status, ClusterUUID, clique.
     fabric = models.JSONField(null=True, blank=True)
     health_reported_at = models.DateTimeField(null=True, blank=True)
+    # The card's state, worked out from the columns above whenever one of
+    # them is written (llmgw.inventory.gpus, by gpu_health.card_state), so
+    # that no reader works it out again. Why the card is not free, in
+    # words ("" when it is); the multi-node NVLink domain its fabric names
+    # (None for none), why it is not joined to it, and whether its NVLink
+    # bandwidth is cut.
+    unhealthy_reason = models.TextField(blank=True, default="")
+    nvlink_domain = models.TextField(null=True, blank=True)
+    nvlink_problem = models.TextField(blank=True, default="")
+    nvlink_degraded = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["node", "index"]
@@ -184,13 +194,6 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name}/gpu{self.index}"
-
-    @property
-    def unhealthy_reason(self) -> str:
-        """Why this card is not free, in words; empty when it is."""
-        from llmgw.inventory.gpu_health import unhealthy_reason
-
-        return unhealthy_reason(self)
 
     @property
     def healthy(self) -> bool:

@@ -22,10 +22,9 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from llmgw.inventory.cards import NODE_FIELDS, CardView, card_views
 from llmgw.inventory.gpu_health import hardware_xids
-from llmgw.inventory.gpus import wear_reported_at
-from llmgw.inventory.models import Gpu, Node
-from llmgw.nvlink import domains
+from llmgw.inventory.models import Node
 
 THROTTLE_REASONS = (
     "gpu_idle",
@@ -49,117 +48,107 @@ def _g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, labels=labels)
 
 
+def _families() -> dict[str, GaugeMetricFamily]:
+    return {
+        "info": _g(
+            "llmgw_gpu_info",
+            "A GPU the node registered",
+            ["node", "gpu", "class", "uuid", "name"],
+        ),
+        "healthy": _g(
+            "llmgw_gpu_healthy", "1 if the card is free to place on as far as health goes", GPU
+        ),
+        "missing": _g(
+            "llmgw_gpu_missing",
+            "1 if a registered card is no longer seen by the driver",
+            ["node", "gpu"],
+        ),
+        "mem_total": _g("llmgw_gpu_memory_total_bytes", "GPU memory", GPU),
+        "util": _g("llmgw_gpu_utilization_percent", "GPU utilisation", GPU),
+        "mem_used": _g("llmgw_gpu_memory_used_bytes", "GPU memory in use", GPU),
+        "bw": _g("llmgw_gpu_memory_bandwidth_percent", "Memory bandwidth in use", GPU),
+        "sm": _g("llmgw_gpu_sm_clock_mhz", "SM clock", GPU),
+        "temp": _g("llmgw_gpu_temperature_celsius", "GPU and HBM temperature", [*GPU, "sensor"]),
+        "power": _g("llmgw_gpu_power_watts", "Power draw", GPU),
+        "limit": _g("llmgw_gpu_power_limit_watts", "Enforced power limit", GPU),
+        "throttle": _g(
+            "llmgw_gpu_throttle",
+            "1 while a clock event (throttle) reason is active",
+            [*GPU, "reason"],
+        ),
+        "ecc": _g("llmgw_gpu_ecc_uncorrected_total", "Uncorrected ECC errors (volatile)", GPU),
+        "xid": _g("llmgw_gpu_xid_total", "XIDs seen, by code and kind", [*GPU, "xid", "kind"]),
+        "rows": _g("llmgw_gpu_remapped_rows", "Remapped rows by state", [*GPU, "state"]),
+        "replay": _g("llmgw_gpu_pcie_replay_total", "PCIe replays", GPU),
+        "nvlink": _g("llmgw_gpu_nvlink_errors_total", "NVLink errors", [*GPU, "link", "counter"]),
+        "wear_age": _g(
+            "llmgw_gpu_wear_age_seconds",
+            "Seconds since the node last reported the card's wear",
+            GPU,
+        ),
+        "wear_stale": _g(
+            "llmgw_gpu_wear_stale",
+            "1 if the card's wear is too old to publish (its wear series are left out)",
+            GPU,
+        ),
+        "joined": _g(
+            "llmgw_gpu_nvlink_joined",
+            "1 if the card joined its multi-node NVLink domain",
+            [*GPU, "domain"],
+        ),
+        "imex": _g("llmgw_imex_up", "1 if nvidia-imex is up on the node", ["node"]),
+        "cpu_temp": _g(
+            "llmgw_node_cpu_temperature_celsius", "CPU package temperature", ["node", "package"]
+        ),
+        "cpu_power": _g(
+            "llmgw_node_cpu_power_watts", "CPU package power (RAPL)", ["node", "package"]
+        ),
+        "inlet": _g("llmgw_node_inlet_temperature_celsius", "Board inlet temperature", ["node"]),
+    }
+
+
 class GpuCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = timezone.now()
-        sample_age = settings.MEASUREMENT_MAX_AGE_S
-        # Wear comes once a minute: one missed reading is forgiven.
-        wear_window = 2 * settings.MEASUREMENT_MAX_AGE_S
-        m = {
-            "info": _g(
-                "llmgw_gpu_info",
-                "A GPU the node registered",
-                ["node", "gpu", "class", "uuid", "name"],
-            ),
-            "healthy": _g(
-                "llmgw_gpu_healthy", "1 if the card is free to place on as far as health goes", GPU
-            ),
-            "missing": _g(
-                "llmgw_gpu_missing",
-                "1 if a registered card is no longer seen by the driver",
-                ["node", "gpu"],
-            ),
-            "mem_total": _g("llmgw_gpu_memory_total_bytes", "GPU memory", GPU),
-            "util": _g("llmgw_gpu_utilization_percent", "GPU utilisation", GPU),
-            "mem_used": _g("llmgw_gpu_memory_used_bytes", "GPU memory in use", GPU),
-            "bw": _g("llmgw_gpu_memory_bandwidth_percent", "Memory bandwidth in use", GPU),
-            "sm": _g("llmgw_gpu_sm_clock_mhz", "SM clock", GPU),
-            "temp": _g(
-                "llmgw_gpu_temperature_celsius", "GPU and HBM temperature", [*GPU, "sensor"]
-            ),
-            "power": _g("llmgw_gpu_power_watts", "Power draw", GPU),
-            "limit": _g("llmgw_gpu_power_limit_watts", "Enforced power limit", GPU),
-            "throttle": _g(
-                "llmgw_gpu_throttle",
-                "1 while a clock event (throttle) reason is active",
-                [*GPU, "reason"],
-            ),
-            "ecc": _g("llmgw_gpu_ecc_uncorrected_total", "Uncorrected ECC errors (volatile)", GPU),
-            "xid": _g("llmgw_gpu_xid_total", "XIDs seen, by code and kind", [*GPU, "xid", "kind"]),
-            "rows": _g("llmgw_gpu_remapped_rows", "Remapped rows by state", [*GPU, "state"]),
-            "replay": _g("llmgw_gpu_pcie_replay_total", "PCIe replays", GPU),
-            "nvlink": _g(
-                "llmgw_gpu_nvlink_errors_total", "NVLink errors", [*GPU, "link", "counter"]
-            ),
-            "wear_age": _g(
-                "llmgw_gpu_wear_age_seconds",
-                "Seconds since the node last reported the card's wear",
-                GPU,
-            ),
-            "wear_stale": _g(
-                "llmgw_gpu_wear_stale",
-                "1 if the card's wear is too old to publish (its wear series are left out)",
-                GPU,
-            ),
-            "joined": _g(
-                "llmgw_gpu_nvlink_joined",
-                "1 if the card joined its multi-node NVLink domain",
-                [*GPU, "domain"],
-            ),
-            "imex": _g("llmgw_imex_up", "1 if nvidia-imex is up on the node", ["node"]),
-            "cpu_temp": _g(
-                "llmgw_node_cpu_temperature_celsius", "CPU package temperature", ["node", "package"]
-            ),
-            "cpu_power": _g(
-                "llmgw_node_cpu_power_watts", "CPU package power (RAPL)", ["node", "package"]
-            ),
-            "inlet": _g(
-                "llmgw_node_inlet_temperature_celsius", "Board inlet temperature", ["node"]
-            ),
-        }
-        nodes = {
-            n.pk: n
-            for n in Node.objects.only(
-                "name",
-                "gpu_telemetry",
-                "sensors",
-                "telemetry_at",
-                "imex",
-                "wear_reported_at",
-                "wear_changed_at",
+        m = _families()
+        nodes = list(
+            Node.objects.only(
+                *NODE_FIELDS, "gpu_telemetry", "sensors", "telemetry_at", "imex"
             ).iterator(chunk_size=2000)
-        }
-        samples: dict[tuple[int, int], dict] = {}
-        for n in nodes.values():
-            fresh = _fresh(n.telemetry_at, now, sample_age)
-            if fresh:
+        )
+        samples: dict[tuple[str, int], dict] = {}
+        for n in nodes:
+            if _fresh(n.telemetry_at, now, settings.MEASUREMENT_MAX_AGE_S):
                 for s in n.gpu_telemetry or []:
-                    samples[(n.pk, s["index"])] = s
+                    samples[(n.name, s["index"])] = s
                 self._sensors(m, n)
             if n.imex is not None:
                 m["imex"].add_metric([n.name], 1.0 if n.imex.get("up") else 0.0)
-        for gpu in Gpu.objects.all().iterator(chunk_size=2000):
-            node = nodes.get(gpu.node_id)
-            if node is None:
-                continue
-            labels = [node.name, str(gpu.index), gpu.gpu_class]
-            m["info"].add_metric([*labels[:3], gpu.uuid, gpu.name], 1.0)
-            m["healthy"].add_metric(labels, 0.0 if gpu.unhealthy_reason else 1.0)
-            m["missing"].add_metric(labels[:2], 1.0 if gpu.missing else 0.0)
-            if gpu.memory_total_bytes is not None:
-                m["mem_total"].add_metric(labels, gpu.memory_total_bytes)
-            if gpu.ecc_uncorrected is not None:
-                m["ecc"].add_metric(labels, gpu.ecc_uncorrected)
-            self._sample(m, labels, samples.get((gpu.node_id, gpu.index)))
-            reported = wear_reported_at(gpu, node)
-            if reported is None:  # never reported: unknown, not stale
-                continue
-            fresh = _fresh(reported, now, wear_window)
-            m["wear_age"].add_metric(labels, max(0.0, (now - reported).total_seconds()))
-            m["wear_stale"].add_metric(labels, 0.0 if fresh else 1.0)
-            if fresh:
-                self._wear(m, labels, gpu)
+        for cards in card_views(nodes).values():
+            for card in cards:
+                self._card(m, card, samples.get((card.node, card.index)), now)
         yield from m.values()
+
+    @classmethod
+    def _card(
+        cls, m: dict[str, GaugeMetricFamily], card: CardView, sample: dict | None, now: datetime
+    ) -> None:
+        labels = [card.node, str(card.index), card.gpu_class]
+        m["info"].add_metric([*labels, card.uuid, card.name], 1.0)
+        m["healthy"].add_metric(labels, 1.0 if card.healthy else 0.0)
+        m["missing"].add_metric(labels[:2], 1.0 if card.missing else 0.0)
+        if card.memory_total_bytes is not None:
+            m["mem_total"].add_metric(labels, card.memory_total_bytes)
+        if card.ecc_uncorrected is not None:
+            m["ecc"].add_metric(labels, card.ecc_uncorrected)
+        cls._sample(m, labels, sample)
+        stale, age = card.wear_stale(now), card.wear_age_s(now)
+        if stale is None or age is None:  # never reported: unknown, not stale
+            return
+        m["wear_age"].add_metric(labels, age)
+        m["wear_stale"].add_metric(labels, 1.0 if stale else 0.0)
+        if not stale:
+            cls._wear(m, labels, card)
 
     @staticmethod
     def _sample(m: dict[str, GaugeMetricFamily], labels: list[str], s: dict | None) -> None:
@@ -184,25 +173,25 @@ class GpuCollector(Collector):
                 m["throttle"].add_metric([*labels, reason], 1.0 if reason in active else 0.0)
 
     @staticmethod
-    def _wear(m: dict[str, GaugeMetricFamily], labels: list[str], gpu: Gpu) -> None:
-        hardware = hardware_xids(gpu.xids)
-        for code, count in (gpu.xids or {}).items():
+    def _wear(m: dict[str, GaugeMetricFamily], labels: list[str], card: CardView) -> None:
+        hardware = hardware_xids(card.xids)
+        for code, count in (card.xids or {}).items():
             # isdecimal, not isdigit: "²".isdigit() is True and int("²") raises.
             kind = "hardware" if code.isdecimal() and int(code) in hardware else "other"
             m["xid"].add_metric([*labels, code, kind], count)
-        for state, value in (gpu.remapped_rows or {}).items():
+        for state, value in (card.remapped_rows or {}).items():
             if value is not None:
                 m["rows"].add_metric([*labels, state], float(value))
-        if gpu.pcie_replays is not None:
-            m["replay"].add_metric(labels, gpu.pcie_replays)
-        for link in gpu.nvlink_errors or []:
+        if card.pcie_replays is not None:
+            m["replay"].add_metric(labels, card.pcie_replays)
+        for link in card.nvlink_errors or []:
             for counter in ("replay", "recovery", "crc_flit", "crc_data"):
                 if link.get(counter) is not None:
                     m["nvlink"].add_metric([*labels, str(link["link"]), counter], link[counter])
-        domain = domains.domain_of(gpu.fabric)
-        if domain is not None:
-            joined = not domains.card_problem(gpu.fabric) and not gpu.missing
-            m["joined"].add_metric([*labels, domain], 1.0 if joined else 0.0)
+        if card.nvlink_domain is not None:
+            m["joined"].add_metric(
+                [*labels, card.nvlink_domain], 1.0 if card.nvlink_joined else 0.0
+            )
 
     @staticmethod
     def _sensors(m: dict[str, GaugeMetricFamily], n: Node) -> None:

@@ -1,31 +1,29 @@
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
-from llmgw.inventory.models import Gpu, Node
+from llmgw.inventory.cards import NODE_FIELDS, CardView, card_views
+from llmgw.inventory.models import Node
 from llmgw.nvlink import domains
 
 
 def node_cards() -> list[dict[str, Any]]:
-    cards: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for g in Gpu.objects.all():
-        cards[g.node_id].append(
-            {
-                "index": g.index,
-                "uuid": g.uuid,
-                "class": g.gpu_class,
-                "fabric": g.fabric,
-                "missing": g.missing,
-                "degraded": domains.degraded(g.fabric),
-                "problem": domains.card_problem(g.fabric) if domains.domain_of(g.fabric) else "",
-            }
-        )
-    return [
-        {"name": n.name, "imex": n.imex, "gpus": cards[n.pk]}
-        for n in Node.objects.only("name", "imex")
-        if cards[n.pk]
-    ]
+    """Each node with cards: its name, IMEX and its cards' views."""
+    nodes = list(Node.objects.only(*NODE_FIELDS, "imex"))
+    cards = card_views(nodes)
+    return [{"name": n.name, "imex": n.imex, "gpus": cards[n.pk]} for n in nodes if cards[n.pk]]
+
+
+def card_row(card: CardView) -> dict[str, Any]:
+    return {
+        "index": card.index,
+        "uuid": card.uuid,
+        "class": card.gpu_class,
+        "fabric": card.fabric,
+        "missing": card.missing,
+        "degraded": card.nvlink_degraded,
+        "problem": card.nvlink_problem,
+    }
 
 
 def overview() -> dict[str, Any]:
@@ -47,7 +45,7 @@ def overview() -> dict[str, Any]:
                         "imex_up": t.imex_up,
                         "imex": imex.get(t.node),
                         "held_out_because": t.reasons,
-                        "gpus": t.cards,
+                        "gpus": [card_row(c) for c in t.cards],
                     }
                     for t in sorted(domain.trays, key=lambda t: t.node)
                 ],

@@ -15,7 +15,8 @@ from llmgw.catalog.models import Profile as ProfileRow
 from llmgw.fabrics.models import FabricMap, Port
 from llmgw.fabrics.topology import device_number, split_description
 from llmgw.inventory import services as inventory
-from llmgw.inventory.models import Gpu, ModelHolding, Node
+from llmgw.inventory.cards import CardView, card_views
+from llmgw.inventory.models import ModelHolding, Node
 from llmgw.nvlink import domains
 from llmgw.placement.types import GpuView, NodeView, Profile, gib_bytes
 
@@ -268,6 +269,18 @@ def map_view(
     return leaves, frozenset(degraded)
 
 
+def gpu_view(card: CardView, claimed: set[int]) -> GpuView:
+    return GpuView(
+        index=card.index,
+        uuid=card.uuid,
+        gpu_class=card.gpu_class,
+        memory_bytes=card.memory_total_bytes,
+        healthy=card.healthy,
+        unhealthy_reason=card.unhealthy_reason,
+        allocated=card.index in claimed,
+    )
+
+
 def node_views() -> list[NodeView]:
     now = timezone.now()
     claims = claims_by_node()
@@ -276,24 +289,8 @@ def node_views() -> list[NodeView]:
         "pk", "gpu_claims__index"
     ):
         claimed[node_id].add(index)
-    gpus = defaultdict(list)
-    cards = defaultdict(list)
-    for g in Gpu.objects.all():
-        cards[g.node_id].append(
-            {"index": g.index, "uuid": g.uuid, "fabric": g.fabric, "missing": g.missing}
-        )
-        reason = g.unhealthy_reason  # worked out once; healthy is its absence
-        gpus[g.node_id].append(
-            GpuView(
-                index=g.index,
-                uuid=g.uuid,
-                gpu_class=g.gpu_class,
-                memory_bytes=g.memory_total_bytes,
-                healthy=not reason,
-                unhealthy_reason=reason,
-                allocated=g.index in claimed[g.node_id],
-            )
-        )
+    nodes = list(Node.objects.all())
+    cards = card_views(nodes)
     holds = defaultdict(set)
     for node_id, name in ModelHolding.objects.values_list("node_id", "model_name"):
         holds[node_id].add(name)
@@ -302,11 +299,11 @@ def node_views() -> list[NodeView]:
         ports[port.node_id].append(port)
     maps = map_indexes()
     views = []
-    for n in Node.objects.all():
+    for n in nodes:
         fabrics, fabric_problems = fabric_view(n, ports[n.pk])
         leaves, degraded = map_view(n, ports[n.pk], fabrics, maps) if maps else ({}, frozenset())
         engines, engine_status = engine_view(n.engines)
-        uuids = {c["uuid"]: c["index"] for c in cards[n.pk]}
+        uuids = {c.uuid: c.index for c in cards[n.pk]}
         domain, problem = domains.placement_domain(
             {"name": n.name, "imex": n.imex, "gpus": cards[n.pk]}
         )
@@ -322,7 +319,7 @@ def node_views() -> list[NodeView]:
                 claimed_memory_bytes=claims.memory.get(n.pk, 0),
                 claimed_cores=claims.cores.get(n.pk, 0),
                 models=claims.models.get(n.pk, {}),
-                gpus=tuple(sorted(gpus[n.pk], key=lambda g: g.index)),
+                gpus=tuple(gpu_view(c, claimed[n.pk]) for c in cards[n.pk]),
                 fabrics=fabrics,
                 fabric_problems=fabric_problems,
                 fabric_leaves=leaves,

@@ -6,7 +6,7 @@ import pytest
 
 from llmgw.catalog import services as catalog
 from llmgw.cli.simulate import run as simulate
-from llmgw.nvlink import domains
+from llmgw.inventory.gpu_health import domain_of
 from llmgw.serving import placing
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,13 +68,11 @@ def test_a_multi_node_replica_lands_inside_the_domain(rack):
 
 def test_an_all_zero_cluster_is_no_domain():
     assert (
-        domains.domain_of(
-            {"state": "completed", "cluster_uuid": "00000000-0000-0000-0000-000000000000"}
-        )
+        domain_of({"state": "completed", "cluster_uuid": "00000000-0000-0000-0000-000000000000"})
         is None
     )
-    assert domains.domain_of(None) is None
-    assert domains.domain_of({"cluster_uuid": "abc", "clique_id": 3}) == "abc/3"
+    assert domain_of(None) is None
+    assert domain_of({"cluster_uuid": "abc", "clique_id": 3}) == "abc/3"
 
 
 def test_a_tray_taken_out_and_brought_back_live(rack, api, live_server, settings):
