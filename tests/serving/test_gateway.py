@@ -164,11 +164,11 @@ def test_retry_elsewhere_before_the_first_byte(gateway_server, engines):
 
     answer = oa.chat.completions.create(model="tiny", messages=MESSAGES)
     assert answer.model_extra["served_by"] == "good"
-    assert on_fire.hits == 1 and good.hits == 1 and gateway_server.gateway.retries == 2
+    assert on_fire.hits == 1 and good.hits == 1 and gateway_server.gateway.proxy.retries == 2
     # Both failed replicas now wait out their back-off: the next request
     # goes straight to the one that answers.
     oa.chat.completions.create(model="tiny", messages=MESSAGES)
-    assert on_fire.hits == 1 and good.hits == 2 and gateway_server.gateway.retries == 2
+    assert on_fire.hits == 1 and good.hits == 2 and gateway_server.gateway.proxy.retries == 2
 
     # All replicas failing: the last engine's 5xx comes through as it was.
     good.mode = "500"
@@ -188,7 +188,7 @@ def test_a_stream_is_retried_when_it_ends_before_its_first_byte(gateway_server, 
     up.engine_queue, up.scraped_at = 10.0, time.monotonic()
     stream = oa.chat.completions.create(model="tiny", messages=MESSAGES, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in stream) == "good0 good1 good2 good3 "
-    assert drops.hits == 1 and good.hits == 1 and gateway_server.gateway.retries == 1
+    assert drops.hits == 1 and good.hits == 1 and gateway_server.gateway.proxy.retries == 1
 
 
 def test_only_dead_replicas_is_a_502(gateway_server, engines):

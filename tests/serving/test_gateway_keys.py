@@ -177,4 +177,4 @@ def test_a_stranger_key_costs_one_lookup_however_often_it_is_sent(gateway_server
             gateway_server.url + "/v1/models", headers={"authorization": "Bearer sk-llmgw-nope"}
         )
         assert answer.status_code == 401
-    assert gateway_server.gateway.key_lookups == 1
+    assert gateway_server.gateway.keys.lookups == 1

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 import msgspec
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+from llmgw.serving.gateway.asgi import Send
 
 _encode = msgspec.json.Encoder().encode
 
