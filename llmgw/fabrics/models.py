@@ -136,6 +136,11 @@ class FabricMap(models.Model):
     taken_at = models.DateTimeField(null=True, blank=True)
     source_node = models.CharField(max_length=253, blank=True, default="")
     analysis = models.JSONField(null=True, blank=True)
+    # The analysis's summary, stored beside it when the map is stored
+    # (sweep.store_map): /metrics and the fabric list read it on every
+    # scrape and page, and a big fabric's whole map is megabytes to load
+    # and parse for a dozen numbers.
+    summary = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     error_line = models.PositiveIntegerField(null=True, blank=True)
     error_at = models.DateTimeField(null=True, blank=True)

@@ -5,7 +5,8 @@ warnings that only show across fabrics and names."""
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -19,26 +20,29 @@ def _port_name(p: Port) -> str:
     return f"{p.node.name}:{p.device}/{p.port}"
 
 
-def build() -> dict[str, Any]:
-    now = timezone.now()
-    ports = list(Port.objects.select_related("node", "physical_fabric"))
-    fabrics = list(PhysicalFabric.objects.prefetch_related("managers"))
-    changes: dict[int, list[MasterChange]] = defaultdict(list)
-    for change in MasterChange.objects.filter(at__gte=now - timedelta(days=1)):
-        changes[change.fabric_id].append(change)
+@dataclass
+class PortIndex:
+    """The ports by physical fabric, the declared names on each fabric and
+    the fabrics under each name, the ports up with no subnet manager by
+    declared name, and what the ports alone show is wrong."""
 
-    names_by_fabric: dict[int, set[str]] = defaultdict(set)
-    fabrics_by_name: dict[str, set[str]] = defaultdict(set)
-    by_fabric: dict[int, list[Port]] = defaultdict(list)
-    warnings: list[dict[str, Any]] = []
+    by_fabric: dict[int, list[Port]] = field(default_factory=lambda: defaultdict(list))
+    names_by_fabric: dict[int, set[str]] = field(default_factory=lambda: defaultdict(set))
+    fabrics_by_name: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    unmanaged: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _index_ports(ports: list[Port]) -> PortIndex:
+    index = PortIndex()
     for p in ports:
         if p.physical_fabric_id:
-            by_fabric[p.physical_fabric_id].append(p)
+            index.by_fabric[p.physical_fabric_id].append(p)
             if p.declared_fabric:
-                names_by_fabric[p.physical_fabric_id].add(p.declared_fabric)
-                fabrics_by_name[p.declared_fabric].add(p.physical_fabric.identity)
+                index.names_by_fabric[p.physical_fabric_id].add(p.declared_fabric)
+                index.fabrics_by_name[p.declared_fabric].add(p.physical_fabric.identity)
         if p.active and not p.declared_fabric:
-            warnings.append(
+            index.warnings.append(
                 {
                     "kind": "undeclared_adapter",
                     "port": _port_name(p),
@@ -46,7 +50,7 @@ def build() -> dict[str, Any]:
                 }
             )
         if p.active and p.link_layer != "Ethernet" and not p.physical_fabric_id:
-            warnings.append(
+            index.warnings.append(
                 {
                     "kind": "cannot_check",
                     "port": _port_name(p),
@@ -55,9 +59,11 @@ def build() -> dict[str, Any]:
                     "its fabric cannot be checked, so it is kept apart",
                 }
             )
-    for name, identities in sorted(fabrics_by_name.items()):
+        if p.state == "INIT" and p.phys_state == "LinkUp":
+            index.unmanaged[p.declared_fabric].append(_port_name(p))
+    for name, identities in sorted(index.fabrics_by_name.items()):
         if len(identities) > 1:
-            warnings.append(
+            index.warnings.append(
                 {
                     "kind": "name_covers_fabrics",
                     "name": name,
@@ -66,51 +72,113 @@ def build() -> dict[str, Any]:
                     f"{', '.join(sorted(identities))}; a replica is formed on one only",
                 }
             )
+    return index
 
-    unmanaged: dict[str, list[str]] = defaultdict(list)
-    for p in ports:
-        if p.state == "INIT" and p.phys_state == "LinkUp":
-            unmanaged[p.declared_fabric].append(_port_name(p))
 
+def _problems(
+    f: PhysicalFabric,
+    members: list[Port],
+    names: list[str],
+    unmanaged: dict[str, list[str]],
+    changes: list[MasterChange],
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """What is wrong with an InfiniBand fabric; nothing is checked on RoCE."""
+    if f.kind != FabricKind.INFINIBAND:
+        return []
+    problems = []
+    standbys = [m for m in f.managers.all() if m.guid != f.master_guid and m.state != GONE]
+    if not standbys:
+        problems.append(
+            {
+                "code": Problem.NO_STANDBY,
+                "message": "no standby subnet manager: the fabric cannot survive losing its master",
+            }
+        )
+    masters = sorted({p.sm_guid for p in members if p.sm_guid})
+    if len(masters) > 1:
+        problems.append(
+            {
+                "code": Problem.MASTER_DISAGREEMENT,
+                "message": f"ports disagree on the master: {', '.join(masters)}",
+            }
+        )
+    init = [port for name in names for port in unmanaged.get(name, [])]
+    if init:
+        problems.append(
+            {
+                "code": Problem.NO_SUBNET_MANAGER,
+                "message": f"{len(init)} port(s) up with no subnet manager (INIT): "
+                f"{', '.join(init[:8])}",
+            }
+        )
+    if any(c.at >= now - timedelta(hours=1) for c in changes):
+        problems.append(
+            {"code": Problem.RECENT_FAILOVER, "message": "the master changed in the last hour"}
+        )
+    return problems
+
+
+def _fabric_row(
+    f: PhysicalFabric,
+    members: list[Port],
+    names: list[str],
+    problems: list[dict[str, Any]],
+    changes: list[MasterChange],
+) -> dict[str, Any]:
+    return {
+        "id": f.pk,
+        "identity": f.identity,
+        "kind": f.kind,
+        "names": names,
+        "master": {"guid": f.master_guid, "priority": f.master_priority} if f.master_guid else None,
+        "subnet_managers": [
+            {
+                "guid": m.guid,
+                "lid": m.lid,
+                "priority": m.priority,
+                "state": m.state,
+                "master": m.guid == f.master_guid,
+                "last_seen": m.last_seen,
+            }
+            for m in f.managers.all()
+        ],
+        "nodes": sorted({p.node.name for p in members}),
+        # Every port seen on the fabric, the down ones too: a dark
+        # node is still cabled to it and still missing from it.
+        "ports": len(members),
+        "active_ports": sum(1 for p in members if p.active),
+        "down_ports": sum(1 for p in members if not p.active),
+        "problems": problems,
+        "master_changes": [
+            {
+                "at": c.at,
+                "from": c.previous_guid,
+                "to": c.master_guid,
+                "reported_by": c.reported_by,
+            }
+            for c in changes
+        ],
+        "map": _map_summary(f),
+        "last_seen": f.last_seen,
+    }
+
+
+def build() -> dict[str, Any]:
+    now = timezone.now()
+    ports = _index_ports(list(Port.objects.select_related("node", "physical_fabric")))
+    # The map's summary is stored beside it: its analysis (the whole map)
+    # is left in the database.
+    fabrics = PhysicalFabric.objects.select_related("map").defer("map__analysis")
+    changes: dict[int, list[MasterChange]] = defaultdict(list)
+    for change in MasterChange.objects.filter(at__gte=now - timedelta(days=1)):
+        changes[change.fabric_id].append(change)
+    warnings = ports.warnings
     out = []
-    for f in fabrics:
-        members = by_fabric.get(f.pk, [])
-        names = sorted(names_by_fabric.get(f.pk, set()))
-        problems = []
-        if f.kind == FabricKind.INFINIBAND:
-            standbys = [m for m in f.managers.all() if m.guid != f.master_guid and m.state != GONE]
-            if not standbys:
-                problems.append(
-                    {
-                        "code": Problem.NO_STANDBY,
-                        "message": "no standby subnet manager: "
-                        "the fabric cannot survive losing its master",
-                    }
-                )
-            masters = sorted({p.sm_guid for p in members if p.sm_guid})
-            if len(masters) > 1:
-                problems.append(
-                    {
-                        "code": Problem.MASTER_DISAGREEMENT,
-                        "message": f"ports disagree on the master: {', '.join(masters)}",
-                    }
-                )
-            init = [port for name in names for port in unmanaged.get(name, [])]
-            if init:
-                problems.append(
-                    {
-                        "code": Problem.NO_SUBNET_MANAGER,
-                        "message": f"{len(init)} port(s) up with no subnet manager (INIT): "
-                        f"{', '.join(init[:8])}",
-                    }
-                )
-            if any(c.at >= now - timedelta(hours=1) for c in changes.get(f.pk, [])):
-                problems.append(
-                    {
-                        "code": Problem.RECENT_FAILOVER,
-                        "message": "the master changed in the last hour",
-                    }
-                )
+    for f in fabrics.prefetch_related("managers"):
+        members = ports.by_fabric.get(f.pk, [])
+        names = sorted(ports.names_by_fabric.get(f.pk, set()))
+        problems = _problems(f, members, names, ports.unmanaged, changes[f.pk], now)
         if len(names) > 1:
             warnings.append(
                 {
@@ -120,47 +188,8 @@ def build() -> dict[str, Any]:
                     "message": f"{' and '.join(names)} are one fabric ({f.identity})",
                 }
             )
-        out.append(
-            {
-                "id": f.pk,
-                "identity": f.identity,
-                "kind": f.kind,
-                "names": names,
-                "master": {"guid": f.master_guid, "priority": f.master_priority}
-                if f.master_guid
-                else None,
-                "subnet_managers": [
-                    {
-                        "guid": m.guid,
-                        "lid": m.lid,
-                        "priority": m.priority,
-                        "state": m.state,
-                        "master": m.guid == f.master_guid,
-                        "last_seen": m.last_seen,
-                    }
-                    for m in f.managers.all()
-                ],
-                "nodes": sorted({p.node.name for p in members}),
-                # Every port seen on the fabric, the down ones too: a dark
-                # node is still cabled to it and still missing from it.
-                "ports": len(members),
-                "active_ports": sum(1 for p in members if p.active),
-                "down_ports": sum(1 for p in members if not p.active),
-                "problems": problems,
-                "master_changes": [
-                    {
-                        "at": c.at,
-                        "from": c.previous_guid,
-                        "to": c.master_guid,
-                        "reported_by": c.reported_by,
-                    }
-                    for c in changes.get(f.pk, [])
-                ],
-                "map": _map_summary(f),
-                "last_seen": f.last_seen,
-            }
-        )
-    for name, init in sorted(unmanaged.items()):
+        out.append(_fabric_row(f, members, names, problems, changes[f.pk]))
+    for name, init in sorted(ports.unmanaged.items()):
         if name and name not in {n for f in out for n in f["names"]}:
             warnings.append(
                 {
@@ -176,11 +205,10 @@ def _map_summary(fabric: PhysicalFabric) -> dict[str, Any] | None:
     m = getattr(fabric, "map", None)
     if m is None:
         return None
-    summary = (m.analysis or {}).get("summary")
     return {
         "taken_at": m.taken_at,
         "source_node": m.source_node,
-        "summary": summary,
+        "summary": m.summary,
         "error": m.error or None,
         "error_line": m.error_line,
     }
