@@ -9,6 +9,9 @@ import pytest
 from django.db import transaction
 
 from llmgw import events
+from llmgw.console import events as console_events
+from llmgw.inventory import heartbeats
+from tests.payloads import heartbeat
 
 
 @pytest.fixture
@@ -45,3 +48,25 @@ def test_an_unknown_event_is_refused() -> None:
         events.publish("node_chnaged", node="n1")
     with pytest.raises(ValueError, match="unknown event"):
         events.subscribe("nodes_changed", print)
+
+
+def test_the_console_hears_what_a_heartbeat_changed_once_it_is_stored(
+    make_node: Any, monkeypatch: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    sent: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(console_events, "_send", lambda kind, **data: sent.append((kind, data)))
+    node, _ = make_node("gpu-1")
+    ports = [{"device": "mlx5_0", "port": 1, "state": "DOWN", "phys_state": "Disabled"}]
+    payload = heartbeat("gpu-1", gpus=[{"index": 0}], ports=ports)
+    with django_capture_on_commit_callbacks(execute=True):
+        heartbeats.heartbeat(node, payload)
+        assert sent == []
+    assert sent == [
+        ("fabric changed", {"node": "gpu-1", "fabric": None}),
+        ("node changed", {"node": "gpu-1"}),
+        ("nvlink changed", {"node": "gpu-1"}),
+    ]
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        heartbeats.heartbeat(node, payload)
+    assert sent == [], "nothing durable changed"

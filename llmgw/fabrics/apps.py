@@ -7,7 +7,8 @@ class FabricsConfig(AppConfig):
     verbose_name = "Fabrics"
 
     def ready(self) -> None:
-        from llmgw.fabrics import sweep
-        from llmgw.inventory import commands
+        from llmgw.fabrics import services, sweep
+        from llmgw.inventory import commands, sections
 
         commands.on_finish(sweep.KIND, sweep.store_result)
+        sections.register(services.SECTION)

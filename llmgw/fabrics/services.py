@@ -1,9 +1,9 @@
 """Deriving physical fabrics from what ports and subnet managers report.
 
-Called from the heartbeat only when a node's ports or managers changed
-(their digest), inside that heartbeat's durable transaction; counters ride
-on the node row and never come here. Rebuilt idempotently from the report:
-no signals.
+The heartbeat's "ports" section (SECTION, llmgw.inventory.sections): stored
+only when a node's ports or managers changed (their digest), inside that
+heartbeat's durable transaction; counters ride on the node row and never
+come here. Rebuilt idempotently from the report: no signals.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from django.db import transaction
 from llmgw_agent.protocol.fabric_identity import fabric_identity, normalize_guid
 
 from llmgw import events
-from llmgw.fabrics import managers
+from llmgw.fabrics import managers, tasks
 from llmgw.fabrics.choices import FabricKind
 from llmgw.fabrics.models import PhysicalFabric, Port, SubnetManager
 from llmgw.inventory.models import Node
+from llmgw.inventory.sections import Section
 
 GONE = managers.GONE
 IDENTITY_FIELDS = (
@@ -89,9 +90,7 @@ class Observer:
                 identity=identity, defaults={"kind": kind, "last_seen": self.now}
             )
             if created and kind == FabricKind.INFINIBAND:
-                from llmgw.fabrics.sweep import sweep_soon
-
-                transaction.on_commit(lambda pk=fabric.pk: sweep_soon(pk))
+                transaction.on_commit(lambda pk=fabric.pk: tasks.sweep_soon(pk))
             self.fabrics[identity] = fabric
         return self.fabrics[identity]
 
@@ -187,3 +186,20 @@ def observe(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
             {p["fabric"] for p in data.get("ports") or [] if p.get("fabric") and is_active(p)}
         )
     return {"active_fabrics": active}
+
+
+def _digest_keys(data: dict[str, Any]) -> dict[str, Any]:
+    key = port_key(data)
+    keys = {"ports_digest": key["ports"]}
+    if key["managers"]:  # the listing comes once a minute: no listing is no word
+        keys["managers_digest"] = key["managers"]
+    return keys
+
+
+SECTION = Section(
+    name="ports",
+    payload_keys=("ports",),
+    columns=("ports_digest", "managers_digest"),
+    key=_digest_keys,
+    store=observe,
+)

@@ -122,37 +122,9 @@ def sweep(fabric_id: int | None = None) -> dict[str, str]:
     return out
 
 
-def sweep_soon(fabric_id: int) -> None:
-    """A fabric seen for the first time is mapped now, not at the next sweep."""
-    from llmgw.fabrics.tasks import sweep_fabric_maps
-
-    try:
-        sweep_fabric_maps.delay(fabric_id)
-    except Exception:  # the five-minute sweep maps it anyway
-        log.warning("could not queue a sweep of fabric %s", fabric_id, exc_info=True)
-
-
 def _record_error(fabric: PhysicalFabric, error: str, line: int | None, now: datetime) -> None:
     FabricMap.objects.update_or_create(
         fabric=fabric, defaults={"error": error[:10_000], "error_line": line, "error_at": now}
-    )
-
-
-def store_map(
-    fabric: PhysicalFabric, analysis: dict[str, Any], taken_at: datetime, source_node: str
-) -> None:
-    """The fabric's new map, with its summary beside it for the readers
-    that need nothing else."""
-    FabricMap.objects.update_or_create(
-        fabric=fabric,
-        defaults={
-            "taken_at": taken_at,
-            "source_node": source_node,
-            "analysis": analysis,
-            "summary": analysis.get("summary"),
-            "error": "",
-            "error_line": None,
-        },
     )
 
 
@@ -174,5 +146,14 @@ def store_result(command: AgentCommand) -> None:
         _record_error(fabric, f"ibnetdiscover output from {node}: {exc}", exc.line_no, now)
         return
     with transaction.atomic():
-        store_map(fabric, analysis, command.finished_at or now, node)
+        FabricMap.objects.update_or_create(
+            fabric=fabric,
+            defaults={
+                "taken_at": command.finished_at or now,
+                "source_node": node,
+                "analysis": analysis,
+                "error": "",
+                "error_line": None,
+            },
+        )
     log.info("fabric %s mapped from %s: %s", fabric.identity, node, analysis.get("summary") or {})

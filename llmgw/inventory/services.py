@@ -3,7 +3,6 @@ transaction, and nothing else writes these tables."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -11,17 +10,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import F
+from django.db import transaction
 from django.utils import timezone
 
-from llmgw import events
-from llmgw.fabrics import services as fabric_services
-from llmgw.inventory import commands, credentials, gpus
+from llmgw.inventory import commands, credentials, gpus, sections
 from llmgw.inventory.choices import NodeState
-from llmgw.inventory.models import AuditEvent, Filesystem, ModelHolding, Node, StalenessPass
-from llmgw.serving import desired as desired_state
-from llmgw.serving import reports as shard_reports
+from llmgw.inventory.models import AuditEvent, Node, StalenessPass
 
 log = logging.getLogger("llmgw.inventory")
 
@@ -32,10 +26,6 @@ class InventoryError(Exception):
 
 def _audit(node_name: str, actor: str, action: str, detail: str = "") -> None:
     AuditEvent.objects.create(node_name=node_name, actor=actor, action=action, detail=detail)
-
-
-def _digest(data: Any) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 # --- identity ---------------------------------------------------------------
@@ -153,268 +143,9 @@ def register(node: Node, data: dict[str, Any], address: str | None) -> Node:
         node.imex = data["imex"]
     node.save()
     gpus.register(node, data.get("gpus") or [])
-    # A node that joins after the catalog named its engines hears of them
-    # here; otherwise it would wait for a placement that refuses it for
-    # having none.
-    desired_state.rebuild([node.pk])
+    for hook in sections.registration_hooks():
+        hook(node)
     return node
-
-
-def heartbeat(node: Node, data: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:
-    """Store one heartbeat from a node already authenticated."""
-    answer = _heartbeat(data, now, {"id": node.pk})
-    if answer is None:  # the row went away under us: nothing to store
-        return {"node": node.name, "state": NodeState.READY, "register": node.registered_at is None}
-    return answer
-
-
-def heartbeat_with_credential(
-    name: str, secret: str, data: dict[str, Any], now: datetime | None = None
-) -> dict[str, Any] | None:
-    """Authenticate and store one heartbeat in a single statement; None,
-    having written nothing, when the credential is unknown or revoked.
-
-    The credential check is the UPDATE's WHERE clause rather than a SELECT
-    before it: one round trip instead of two, and a revocation bites on the
-    very next heartbeat (there is no cache of credentials to go stale)."""
-    return _heartbeat(
-        data, now, {"name": name, "credential_hash": credentials.digest(secret), "revoked_at": None}
-    )
-
-
-def _heartbeat(
-    data: dict[str, Any], now: datetime | None, where: dict[str, Any]
-) -> dict[str, Any] | None:
-    """A heartbeat that changes nothing but the measurements is a single
-    UPDATE of the node row: at 10,000 nodes every 10 s this is the hot path
-    of the whole control plane. Changed filesystems or weights, and a node
-    coming back to Ready, are stored durably in a transaction of their own."""
-    now = now or timezone.now()
-    fields: dict[str, Any] = {"last_heartbeat_at": now}
-    if "collectors" in data:
-        fields["collectors"] = data["collectors"]
-    cpu = data.get("cpu")
-    if cpu is not None:
-        fields["cpu_utilization_percent"] = cpu.get("utilization_percent")
-        load = cpu.get("load") or [None, None, None]
-        fields["load1"], fields["load5"], fields["load15"] = load
-    memory = data.get("memory")
-    if memory is not None:
-        fields["memory_used_bytes"] = memory.get("used_bytes")
-        fields["memory_available_bytes"] = memory.get("available_bytes")
-    if cpu is not None or memory is not None:
-        fields["measured_at"] = now
-    if "filesystems" in data:
-        fields["filesystems_reported_at"] = now
-    if "weights" in data:
-        fields["weights_probed"] = bool(data["weights"].get("probed"))
-    if "gpus" in data or "sensors" in data:
-        fields["telemetry_at"] = now
-    for key, column in (("gpus", "gpu_telemetry"), ("sensors", "sensors")):
-        if key in data:
-            fields[column] = data[key]
-    if "ports" in data:
-        fields["port_samples"], fields["ports_at"] = data["ports"], now
-    if "shards" in data:
-        fields["shard_samples"] = data["shards"]
-    for key in ("engines", "engines_probed", "warnings", "notices"):
-        if key in data:
-            fields[key] = data[key]
-    health = gpus.health_key(data)
-    if health is not None:
-        # Unchanged wear writes no Gpu row, yet it is as current as the
-        # heartbeat: without this a fault held for minutes would read stale.
-        # The previous time dates the cards a changed report leaves out.
-        fields["wear_previously_reported_at"] = F("wear_reported_at")
-        fields["wear_reported_at"] = now
-
-    row = _update_returning(fields, where)
-    if row is None:
-        return None
-    # registered_at comes back unconverted (a string on SQLite): only
-    # whether it is null matters.
-    (
-        pk,
-        name,
-        state,
-        registered_at,
-        filesystems_digest,
-        weights_digest,
-        gpu_state,
-        gpu_health,
-        ports_digest,
-        managers_digest,
-        shards_digest,
-        desired,
-    ) = row
-
-    digests: dict[str, str] = {}
-    if "filesystems" in data and (digest := _digest(data["filesystems"])) != filesystems_digest:
-        digests["filesystems_digest"] = digest
-    if "weights" in data and (digest := _digest(data["weights"])) != weights_digest:
-        digests["weights_digest"] = digest
-    if "gpus" in data and (digest := _digest(gpus.state_key(data["gpus"]))) != gpu_state:
-        digests["gpu_state_digest"] = digest
-    if "ports" in data:
-        key = fabric_services.port_key(data)
-        if (digest := _digest(key["ports"])) != ports_digest:
-            digests["ports_digest"] = digest
-        if key["managers"] and (digest := _digest(key["managers"])) != managers_digest:
-            digests["managers_digest"] = digest
-    if (
-        "shards" in data
-        and (digest := _digest(shard_reports.state_key(data["shards"]))) != shards_digest
-    ):
-        digests["shards_digest"] = digest
-    if health is not None and (digest := _digest(health)) != gpu_health:
-        digests["gpu_health_digest"] = digest
-    if digests or state != NodeState.READY:
-        _store_changes(pk, data, digests, now)
-        if state != NodeState.READY:
-            log.info("node %s is Ready", name)
-    return {
-        "node": name,
-        "state": NodeState.READY,
-        "register": registered_at is None,
-        # JSON comes back as text from a raw cursor on some backends.
-        "desired": json.loads(desired) if isinstance(desired, str) else (desired or {}),
-    }
-
-
-_RETURNING = (
-    "id",
-    "name",
-    "state",
-    "registered_at",
-    "filesystems_digest",
-    "weights_digest",
-    "gpu_state_digest",
-    "gpu_health_digest",
-    "ports_digest",
-    "managers_digest",
-    "shards_digest",
-    "desired",
-)
-
-
-def _update_returning(fields: dict[str, Any], where: dict[str, Any]) -> tuple[Any, ...] | None:
-    """UPDATE ... RETURNING, which the ORM cannot say: the row's identity,
-    state and stored digests come back with the write. Values are prepared
-    by the model's own fields (JSON, time zones), so this is the SQL that
-    QuerySet.update() would send, plus its RETURNING clause."""
-    quote = connection.ops.quote_name
-    opts = Node._meta
-    sets, params = [], []
-    for name, value in fields.items():
-        field = opts.get_field(name)
-        if isinstance(value, F):
-            # Another column as it was before this UPDATE: PostgreSQL and
-            # SQLite evaluate every SET expression against the old row.
-            sets.append(f"{quote(field.column)} = {quote(opts.get_field(value.name).column)}")
-            continue
-        sets.append(f"{quote(field.column)} = %s")
-        params.append(field.get_db_prep_save(value, connection))
-    conditions = []
-    for name, value in where.items():
-        field = opts.get_field(name)
-        if value is None:
-            conditions.append(f"{quote(field.column)} IS NULL")
-        else:
-            conditions.append(f"{quote(field.column)} = %s")
-            params.append(field.get_db_prep_value(value, connection))
-    returning = [quote(opts.get_field(name).column) for name in _RETURNING]
-    asynchronous = ""
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        # Commit without waiting for the WAL flush (fsync), for this one
-        # statement's own transaction only: set_config(..., true) lasts until
-        # its commit, and the commit is what reads it. Measurements are
-        # replaced every 10 s, so a crash losing the last few hundred ms of
-        # them (the next heartbeat brings them back) is harmless, and waiting
-        # for the disk was most of a heartbeat's time. Every other write,
-        # this connection's next statement included, stays durable. Inside a
-        # caller's transaction it is left out: it would make the caller's
-        # commit asynchronous too.
-        asynchronous = (
-            " FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit"
-        )
-    sql = (
-        f"UPDATE {quote(opts.db_table)} SET {', '.join(sets)}{asynchronous} "
-        f"WHERE {' AND '.join(conditions)} RETURNING {', '.join(returning)}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
-
-
-@transaction.atomic
-def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: datetime) -> None:
-    # Locked and compared again: two heartbeats of one node racing must not
-    # both replace its filesystems, and a node revoked since the UPDATE
-    # above authenticated it must not be marked Ready.
-    node = Node.objects.select_for_update().filter(pk=pk).first()
-    if node is None:
-        return
-    changes: dict[str, Any] = {}
-    if "filesystems_digest" in digests and digests["filesystems_digest"] != node.filesystems_digest:
-        _replace_filesystems(node, data["filesystems"], now)
-        changes["filesystems_digest"] = digests["filesystems_digest"]
-    if "weights_digest" in digests and digests["weights_digest"] != node.weights_digest:
-        _replace_holdings(node, data["weights"].get("models") or [])
-        changes["weights_digest"] = digests["weights_digest"]
-    if "gpu_state_digest" in digests and digests["gpu_state_digest"] != node.gpu_state_digest:
-        gpus.store_state(node, data["gpus"])
-        changes["gpu_state_digest"] = digests["gpu_state_digest"]
-    if "gpu_health_digest" in digests and digests["gpu_health_digest"] != node.gpu_health_digest:
-        changes.update(gpus.store_health(node, data, now))
-        changes["gpu_health_digest"] = digests["gpu_health_digest"]
-    port_digests = {k: v for k, v in digests.items() if k in ("ports_digest", "managers_digest")}
-    if any(getattr(node, k) != v for k, v in port_digests.items()):
-        changes.update(fabric_services.observe(node, data, now))
-        changes.update(port_digests)
-    if "shards_digest" in digests and digests["shards_digest"] != node.shards_digest:
-        replicas = shard_reports.store(node, data["shards"], now)
-        changes["shards_digest"] = digests["shards_digest"]
-        if replicas:
-            transaction.on_commit(reconcile_soon)
-    if node.state != NodeState.READY and not node.revoked_at:
-        changes["state"] = NodeState.READY
-    if changes:
-        Node.objects.filter(pk=pk).update(**changes)
-        events.publish("node_changed", node=node.name, changes=changes)
-
-
-def reconcile_soon() -> None:
-    """A shard changed state: let the reconciler look now rather than at its
-    next tick (a failed replica is replaced, a ready one may free the queue)."""
-    from llmgw.serving.tasks import reconcile
-
-    reconcile.delay()
-
-
-def _replace_filesystems(node: Node, filesystems: list[dict[str, Any]], now: datetime) -> None:
-    Filesystem.objects.filter(node=node).delete()
-    Filesystem.objects.bulk_create(
-        Filesystem(
-            node=node,
-            mount=fs["mount"],
-            device=fs.get("device") or "",
-            fstype=fs.get("fstype") or "",
-            shared=fs["shared"],
-            free_bytes=fs["free_bytes"],
-            total_bytes=fs["total_bytes"],
-            dirs=fs.get("dirs") or [],
-            reported_at=now,
-        )
-        for fs in filesystems
-    )
-
-
-def _replace_holdings(node: Node, models: list[dict[str, Any]]) -> None:
-    ModelHolding.objects.filter(node=node).delete()
-    ModelHolding.objects.bulk_create(
-        ModelHolding(node=node, model_name=m["name"], path=m["path"], shared=m["shared"])
-        for m in models
-    )
 
 
 # --- operators --------------------------------------------------------------

@@ -1,7 +1,31 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from django.apps import AppConfig
+
+if TYPE_CHECKING:
+    from llmgw.inventory.models import Node
+
+
+def _rebuild_desired(node: Node) -> None:
+    """A node that joins after the catalog named its engines hears of them
+    at its registration; otherwise it would wait for a placement that
+    refuses it for having none."""
+    # Not at the top: apps.py is imported before the models are ready.
+    from llmgw.serving import desired
+
+    desired.rebuild([node.pk])
 
 
 class ServingConfig(AppConfig):
     name = "llmgw.serving"
     label = "serving"
     verbose_name = "Serving"
+
+    def ready(self) -> None:
+        from llmgw.inventory import sections
+        from llmgw.serving import reports
+
+        sections.register(reports.SECTION)
+        sections.on_registration(_rebuild_desired)

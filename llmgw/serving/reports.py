@@ -1,4 +1,5 @@
-"""What agents report of their shards, applied to the replicas."""
+"""What agents report of their shards, applied to the replicas: the
+heartbeat's "shards" section (llmgw.inventory.sections)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.db import transaction
 from django.utils import timezone
 
 from llmgw.inventory.models import Node
+from llmgw.inventory.sections import Section
+from llmgw.serving import tasks
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import Replica, Shard
 
@@ -109,3 +113,24 @@ def store(node: Node, reports: list[dict[str, Any]], now: datetime | None = None
         if state != replica.state:
             Replica.objects.filter(pk=replica.pk).update(state=state, state_changed_at=now)
     return changed
+
+
+def _store_section(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
+    if store(node, data["shards"], now):
+        transaction.on_commit(reconcile_soon)
+    return {}
+
+
+def reconcile_soon() -> None:
+    """A shard changed state: let the reconciler look now rather than at its
+    next tick (a failed replica is replaced, a ready one may free the queue)."""
+    tasks.reconcile.delay()
+
+
+SECTION = Section(
+    name="shards",
+    payload_keys=("shards",),
+    columns=("shards_digest",),
+    key=lambda data: {"shards_digest": state_key(data["shards"])},
+    store=_store_section,
+)

@@ -1,8 +1,8 @@
 from celery import shared_task
 
+from llmgw.serving import reconciler
+
 
 @shared_task(name="llmgw.serving.tasks.reconcile")
 def reconcile() -> dict[str, object]:
-    from llmgw.serving import reconciler
-
     return reconciler.reconcile_all()

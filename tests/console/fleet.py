@@ -56,7 +56,7 @@ def port(name: str, device: str, xmit: int, down: bool) -> dict[str, Any]:
 def send_ports(name: str, step: int, down: set[tuple[str, str]], at: Any = None) -> None:
     """One heartbeat of a node's eight ports, through the inventory service
     (the path a real heartbeat takes once the agent API has checked it)."""
-    from llmgw.inventory import services
+    from llmgw.inventory import heartbeats
     from llmgw.inventory.models import Node
 
     ports = [
@@ -74,14 +74,14 @@ def send_ports(name: str, step: int, down: set[tuple[str, str]], at: Any = None)
         }
     ]
     data = {"schema": 1, "node": name, "ports": ports, "subnet_managers": managers}
-    services.heartbeat(Node.objects.get(name=name), data, at)
+    heartbeats.heartbeat(Node.objects.get(name=name), data, at)
 
 
 def build(url: str, data_dir: Path) -> None:
     from llmgw.catalog import services as catalog
     from llmgw.cli.simulate import run as simulate
-    from llmgw.fabrics import ibnetdiscover, sweep, topology
-    from llmgw.fabrics.models import Port
+    from llmgw.fabrics import ibnetdiscover, topology
+    from llmgw.fabrics.models import FabricMap, Port
 
     assert simulate(url, 12, 10, "sim", True, nvl72_trays=18) == 0
     catalog.apply_text((ROOT / "deploy" / "server.example.yaml").read_text())
@@ -94,7 +94,10 @@ def build(url: str, data_dir: Path) -> None:
         0
     ].physical_fabric
     analysis = topology.analyze(ibnetdiscover.parse(fabric_text()))
-    sweep.store_map(fabric, analysis, timezone.now(), OURS[0])
+    FabricMap.objects.update_or_create(
+        fabric=fabric,
+        defaults={"taken_at": timezone.now(), "source_node": OURS[0], "analysis": analysis},
+    )
 
 
 def degraded_adapter(analysis: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from llmgw_agent.collectors.gpu import collect_gpus
 
-from llmgw.inventory import services
+from llmgw.inventory import heartbeats
 from llmgw.inventory.gpus import WEAR
 from llmgw.inventory.models import Node
 from tests.inventory.test_gpus import A100_PENDING, H100, join_with_gpus
@@ -55,7 +55,7 @@ def hold(
         payload = beat(name, roots, clock, **kw)
         if any("pcie_replays" in g for g in payload["gpus"]):
             read.append(at)
-        services.heartbeat(node, payload, at)
+        heartbeats.heartbeat(node, payload, at)
         at += timedelta(seconds=10)
     return read
 

@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from llmgw.catalog import services as catalog
+from llmgw.inventory import heartbeats
 from llmgw.inventory import services as inventory
 from llmgw.inventory.models import Node
 from llmgw.serving import reconciler
@@ -62,7 +63,7 @@ def test_a_dead_nodes_replica_is_not_routed_to_and_is_replaced_elsewhere(fleet) 
     # The agent and its engine die together: no more heartbeats. The
     # staleness check, past the grace, marks the node NotReady.
     later = timezone.now() + timedelta(minutes=5)
-    inventory.heartbeat(Node.objects.get(name=alive), heartbeat(alive), now=later)
+    heartbeats.heartbeat(Node.objects.get(name=alive), heartbeat(alive), now=later)
     assert inventory.mark_missed_heartbeats(now=later) == [dead]
     assert load_routes()[1] == (), "still routed to a NotReady node"
 

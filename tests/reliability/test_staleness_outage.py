@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from llmgw.inventory import services
+from llmgw.inventory import heartbeats, services
 from llmgw.inventory.models import Node
 from tests.payloads import heartbeat, registration
 
@@ -25,7 +25,7 @@ def test_nodes_are_not_marked_not_ready_for_the_control_planes_own_outage(
         agent.post("register", registration(name))
     t0 = timezone.now()
     for name in ("back-soon", "gone"):
-        services.heartbeat(Node.objects.get(name=name), heartbeat(name), now=t0)
+        heartbeats.heartbeat(Node.objects.get(name=name), heartbeat(name), now=t0)
     for s in range(0, 10, 5):  # the staleness check runs every 5 s
         assert services.mark_missed_heartbeats(t0 + timedelta(seconds=s)) == []
 
@@ -33,7 +33,7 @@ def test_nodes_are_not_marked_not_ready_for_the_control_planes_own_outage(
     # staleness check cannot run. It comes back at t0 + 70 s.
     back = t0 + timedelta(seconds=70)
     assert services.mark_missed_heartbeats(back) == [], "marked for the outage"
-    services.heartbeat(
+    heartbeats.heartbeat(
         Node.objects.get(name="back-soon"), heartbeat("back-soon"), now=back + timedelta(seconds=12)
     )
     for s in range(5, 30, 5):

@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from llmgw.inventory import credentials, services
+from llmgw.inventory import credentials, heartbeats, services
 from llmgw.inventory.api.agent_fast import decode_heartbeat, json_schema
 from llmgw.inventory.api.auth import NodeCredentialAuthentication
 from llmgw.inventory.models import Node
@@ -111,7 +111,7 @@ class HeartbeatView(AgentView):
         data, refusal = self.parse(request)
         if refusal:
             return refusal
-        return Response(services.heartbeat(request.auth, data))
+        return Response(heartbeats.heartbeat(request.auth, data))
 
 
 _checked_view = HeartbeatView.as_view()
@@ -166,7 +166,7 @@ def _fast_heartbeat(request: HttpRequest) -> dict[str, Any] | None:
     data = decode_heartbeat(body)
     if data is None or data["node"] != parts[0]:
         return None
-    return services.heartbeat_with_credential(parts[0], parts[1], data)
+    return heartbeats.heartbeat_with_credential(parts[0], parts[1], data)
 
 
 class JoinView(AgentView):

@@ -1,0 +1,283 @@
+"""Storing a heartbeat. The measurements go onto the node row; each section
+(llmgw.inventory.sections) is stored by its own app, and only when it
+changed. The inventory's own sections are at the end."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from llmgw import events
+from llmgw.inventory import credentials, gpus, sections
+from llmgw.inventory.choices import NodeState
+from llmgw.inventory.models import Filesystem, ModelHolding, Node
+from llmgw.inventory.sections import Section
+
+log = logging.getLogger("llmgw.inventory")
+
+
+def heartbeat(node: Node, data: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:
+    """Store one heartbeat from a node already authenticated."""
+    answer = _heartbeat(data, now, {"id": node.pk})
+    if answer is None:  # the row went away under us: nothing to store
+        return {"node": node.name, "state": NodeState.READY, "register": node.registered_at is None}
+    return answer
+
+
+def heartbeat_with_credential(
+    name: str, secret: str, data: dict[str, Any], now: datetime | None = None
+) -> dict[str, Any] | None:
+    """Authenticate and store one heartbeat in a single statement; None,
+    having written nothing, when the credential is unknown or revoked.
+
+    The credential check is the UPDATE's WHERE clause rather than a SELECT
+    before it: one round trip instead of two, and a revocation bites on the
+    very next heartbeat (there is no cache of credentials to go stale)."""
+    return _heartbeat(
+        data, now, {"name": name, "credential_hash": credentials.digest(secret), "revoked_at": None}
+    )
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _digests(data: dict[str, Any]) -> dict[str, str]:
+    """The digest of each section column this heartbeat brings."""
+    out: dict[str, str] = {}
+    for section in sections.registered():
+        if any(key in data for key in section.payload_keys):
+            for column, key in section.key(data).items():
+                out[column] = _digest(key)
+    return out
+
+
+def _measurements(data: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """The node row's columns that every heartbeat replaces."""
+    fields: dict[str, Any] = {"last_heartbeat_at": now}
+    if "collectors" in data:
+        fields["collectors"] = data["collectors"]
+    cpu = data.get("cpu")
+    if cpu is not None:
+        fields["cpu_utilization_percent"] = cpu.get("utilization_percent")
+        load = cpu.get("load") or [None, None, None]
+        fields["load1"], fields["load5"], fields["load15"] = load
+    memory = data.get("memory")
+    if memory is not None:
+        fields["memory_used_bytes"] = memory.get("used_bytes")
+        fields["memory_available_bytes"] = memory.get("available_bytes")
+    if cpu is not None or memory is not None:
+        fields["measured_at"] = now
+    if "filesystems" in data:
+        fields["filesystems_reported_at"] = now
+    if "weights" in data:
+        fields["weights_probed"] = bool(data["weights"].get("probed"))
+    if "gpus" in data or "sensors" in data:
+        fields["telemetry_at"] = now
+    for key, column in (("gpus", "gpu_telemetry"), ("sensors", "sensors")):
+        if key in data:
+            fields[column] = data[key]
+    if "ports" in data:
+        fields["port_samples"], fields["ports_at"] = data["ports"], now
+    if "shards" in data:
+        fields["shard_samples"] = data["shards"]
+    for key in ("engines", "engines_probed", "warnings", "notices"):
+        if key in data:
+            fields[key] = data[key]
+    return fields
+
+
+def _heartbeat(
+    data: dict[str, Any], now: datetime | None, where: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A heartbeat that changes nothing but the measurements is a single
+    UPDATE of the node row: at 10,000 nodes every 10 s this is the hot path
+    of the whole control plane. Changed sections, and a node coming back to
+    Ready, are stored durably in a transaction of their own."""
+    now = now or timezone.now()
+    fields = _measurements(data, now)
+    digests = _digests(data)
+    if "gpu_health_digest" in digests:
+        # Unchanged wear writes no Gpu row, yet it is as current as the
+        # heartbeat: without this a fault held for minutes would read stale.
+        # The previous time dates the cards a changed report leaves out.
+        fields["wear_previously_reported_at"] = F("wear_reported_at")
+        fields["wear_reported_at"] = now
+
+    columns = [column for section in sections.registered() for column in section.columns]
+    row = _update_returning(fields, where, [*_RETURNING, *columns])
+    if row is None:
+        return None
+    # registered_at comes back unconverted (a string on SQLite): only
+    # whether it is null matters.
+    pk, name, state, registered_at, desired = row[: len(_RETURNING)]
+    stored = dict(zip(columns, row[len(_RETURNING) :], strict=True))
+    changed = {column: d for column, d in digests.items() if d != stored[column]}
+    if changed or state != NodeState.READY:
+        _store_changes(pk, data, changed, now)
+        if state != NodeState.READY:
+            log.info("node %s is Ready", name)
+    return {
+        "node": name,
+        "state": NodeState.READY,
+        "register": registered_at is None,
+        # JSON comes back as text from a raw cursor on some backends.
+        "desired": json.loads(desired) if isinstance(desired, str) else (desired or {}),
+    }
+
+
+# Read back with every heartbeat, before the sections' digest columns.
+_RETURNING = ("id", "name", "state", "registered_at", "desired")
+
+
+def _update_returning(
+    fields: dict[str, Any], where: dict[str, Any], returned: list[str]
+) -> tuple[Any, ...] | None:
+    """UPDATE ... RETURNING, which the ORM cannot say: the row's identity,
+    state and stored digests come back with the write. Values are prepared
+    by the model's own fields (JSON, time zones), so this is the SQL that
+    QuerySet.update() would send, plus its RETURNING clause."""
+    quote = connection.ops.quote_name
+    opts = Node._meta
+    sets, params = [], []
+    for name, value in fields.items():
+        field = opts.get_field(name)
+        if isinstance(value, F):
+            # Another column as it was before this UPDATE: PostgreSQL and
+            # SQLite evaluate every SET expression against the old row.
+            sets.append(f"{quote(field.column)} = {quote(opts.get_field(value.name).column)}")
+            continue
+        sets.append(f"{quote(field.column)} = %s")
+        params.append(field.get_db_prep_save(value, connection))
+    conditions = []
+    for name, value in where.items():
+        field = opts.get_field(name)
+        if value is None:
+            conditions.append(f"{quote(field.column)} IS NULL")
+        else:
+            conditions.append(f"{quote(field.column)} = %s")
+            params.append(field.get_db_prep_value(value, connection))
+    returning = [quote(opts.get_field(name).column) for name in returned]
+    asynchronous = ""
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        # Commit without waiting for the WAL flush (fsync), for this one
+        # statement's own transaction only: set_config(..., true) lasts until
+        # its commit, and the commit is what reads it. Measurements are
+        # replaced every 10 s, so a crash losing the last few hundred ms of
+        # them (the next heartbeat brings them back) is harmless, and waiting
+        # for the disk was most of a heartbeat's time. Every other write,
+        # this connection's next statement included, stays durable. Inside a
+        # caller's transaction it is left out: it would make the caller's
+        # commit asynchronous too.
+        asynchronous = (
+            " FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit"
+        )
+    sql = (
+        f"UPDATE {quote(opts.db_table)} SET {', '.join(sets)}{asynchronous} "
+        f"WHERE {' AND '.join(conditions)} RETURNING {', '.join(returning)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+@transaction.atomic
+def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: datetime) -> None:
+    # Locked and compared again: two heartbeats of one node racing must not
+    # both replace its filesystems, and a node revoked since the UPDATE
+    # above authenticated it must not be marked Ready.
+    node = Node.objects.select_for_update().filter(pk=pk).first()
+    if node is None:
+        return
+    changes: dict[str, Any] = {}
+    for section in sections.registered():
+        mine = {column: d for column, d in digests.items() if column in section.columns}
+        if any(getattr(node, column) != d for column, d in mine.items()):
+            changes.update(section.store(node, data, now))
+            changes.update(mine)
+    if node.state != NodeState.READY and not node.revoked_at:
+        changes["state"] = NodeState.READY
+    if changes:
+        Node.objects.filter(pk=pk).update(**changes)
+        events.publish("node_changed", node=node.name, changes=changes)
+
+
+# --- the inventory's own sections --------------------------------------------
+
+
+def _store_filesystems(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
+    Filesystem.objects.filter(node=node).delete()
+    Filesystem.objects.bulk_create(
+        Filesystem(
+            node=node,
+            mount=fs["mount"],
+            device=fs.get("device") or "",
+            fstype=fs.get("fstype") or "",
+            shared=fs["shared"],
+            free_bytes=fs["free_bytes"],
+            total_bytes=fs["total_bytes"],
+            dirs=fs.get("dirs") or [],
+            reported_at=now,
+        )
+        for fs in data["filesystems"]
+    )
+    return {}
+
+
+def _store_weights(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
+    ModelHolding.objects.filter(node=node).delete()
+    ModelHolding.objects.bulk_create(
+        ModelHolding(node=node, model_name=m["name"], path=m["path"], shared=m["shared"])
+        for m in data["weights"].get("models") or []
+    )
+    return {}
+
+
+def _store_gpu_state(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
+    gpus.store_state(node, data["gpus"])
+    return {}
+
+
+def _gpu_health_key(data: dict[str, Any]) -> dict[str, Any]:
+    health = gpus.health_key(data)
+    return {} if health is None else {"gpu_health_digest": health}
+
+
+# GPU state before health: the order they have always been stored in.
+SECTIONS = (
+    Section(
+        name="filesystems",
+        payload_keys=("filesystems",),
+        columns=("filesystems_digest",),
+        key=lambda data: {"filesystems_digest": data["filesystems"]},
+        store=_store_filesystems,
+    ),
+    Section(
+        name="weights",
+        payload_keys=("weights",),
+        columns=("weights_digest",),
+        key=lambda data: {"weights_digest": data["weights"]},
+        store=_store_weights,
+    ),
+    Section(
+        name="gpu state",
+        payload_keys=("gpus",),
+        columns=("gpu_state_digest",),
+        key=lambda data: {"gpu_state_digest": gpus.state_key(data["gpus"])},
+        store=_store_gpu_state,
+    ),
+    Section(
+        name="gpu health",
+        payload_keys=("gpus", *gpus.NODE_HEALTH),
+        columns=("gpu_health_digest",),
+        key=_gpu_health_key,
+        store=gpus.store_health,
+    ),
+)
