@@ -128,6 +128,24 @@ def _record_error(fabric: PhysicalFabric, error: str, line: int | None, now: dat
     )
 
 
+def store_map(
+    fabric: PhysicalFabric, analysis: dict[str, Any], taken_at: datetime, source_node: str
+) -> None:
+    """The fabric's new map, with its summary beside it for the readers
+    that need nothing else."""
+    FabricMap.objects.update_or_create(
+        fabric=fabric,
+        defaults={
+            "taken_at": taken_at,
+            "source_node": source_node,
+            "analysis": analysis,
+            "summary": analysis.get("summary"),
+            "error": "",
+            "error_line": None,
+        },
+    )
+
+
 def store_result(command: AgentCommand) -> None:
     """What a node's ibnetdiscover printed, parsed and analysed into the
     fabric's map (a commands.on_finish handler)."""
@@ -146,14 +164,5 @@ def store_result(command: AgentCommand) -> None:
         _record_error(fabric, f"ibnetdiscover output from {node}: {exc}", exc.line_no, now)
         return
     with transaction.atomic():
-        FabricMap.objects.update_or_create(
-            fabric=fabric,
-            defaults={
-                "taken_at": command.finished_at or now,
-                "source_node": node,
-                "analysis": analysis,
-                "error": "",
-                "error_line": None,
-            },
-        )
+        store_map(fabric, analysis, command.finished_at or now, node)
     log.info("fabric %s mapped from %s: %s", fabric.identity, node, analysis.get("summary") or {})

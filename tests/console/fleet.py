@@ -80,8 +80,8 @@ def send_ports(name: str, step: int, down: set[tuple[str, str]], at: Any = None)
 def build(url: str, data_dir: Path) -> None:
     from llmgw.catalog import services as catalog
     from llmgw.cli.simulate import run as simulate
-    from llmgw.fabrics import ibnetdiscover, topology
-    from llmgw.fabrics.models import FabricMap, Port
+    from llmgw.fabrics import ibnetdiscover, sweep, topology
+    from llmgw.fabrics.models import Port
 
     assert simulate(url, 12, 10, "sim", True, nvl72_trays=18) == 0
     catalog.apply_text((ROOT / "deploy" / "server.example.yaml").read_text())
@@ -94,10 +94,7 @@ def build(url: str, data_dir: Path) -> None:
         0
     ].physical_fabric
     analysis = topology.analyze(ibnetdiscover.parse(fabric_text()))
-    FabricMap.objects.update_or_create(
-        fabric=fabric,
-        defaults={"taken_at": timezone.now(), "source_node": OURS[0], "analysis": analysis},
-    )
+    sweep.store_map(fabric, analysis, timezone.now(), OURS[0])
 
 
 def degraded_adapter(analysis: dict[str, Any]) -> dict[str, Any]:
