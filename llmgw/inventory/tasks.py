@@ -1,6 +1,6 @@
 from celery import shared_task
 
-from llmgw.inventory import services
+from llmgw.inventory import commands, services
 
 
 @shared_task(name="llmgw.inventory.tasks.mark_missed_heartbeats")
@@ -10,6 +10,4 @@ def mark_missed_heartbeats() -> list[str]:
 
 @shared_task(name="llmgw.inventory.tasks.expire_commands")
 def expire_commands() -> int:
-    from llmgw.inventory import commands
-
     return commands.expire()
