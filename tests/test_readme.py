@@ -25,6 +25,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.servers import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
@@ -59,12 +61,6 @@ def readme_commands() -> list[tuple[str, str]]:
             for part in parts:
                 out.append((part.strip(), claim.strip()))
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Demo:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -12,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from llmgw_agent.collectors import Roots
+
+from tests.servers import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOST = FIXTURES / "host"
@@ -47,9 +48,7 @@ class StandIn:
     `seen` records (monotonic time, path, status) for every request answered."""
 
     def __init__(self, status: int = 200) -> None:
-        with socket.socket() as sock:  # a port that is free now; bound again on start()
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
+        self.port = free_port()  # free now; bound again on start()
         self.url = f"http://127.0.0.1:{self.port}"
         self.status = status
         self.seen: list[tuple[float, str, int]] = []
@@ -112,6 +111,4 @@ class StandIn:
 
 def dead_url() -> str:
     """A URL where nothing listens: the port was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+    return f"http://127.0.0.1:{free_port()}"

@@ -12,17 +12,9 @@ from typing import Any
 
 import pytest
 
+from tests.servers import CHROMIUM, chromium
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 USER, PASSWORD = "operator", "a-long-console-password"
 
 pytest.importorskip("playwright")
@@ -30,17 +22,13 @@ if not os.path.exists(CHROMIUM):
     pytest.skip("Chromium is not installed (make services)", allow_module_level=True)
 
 
-@pytest.fixture
-def chromium(site: str) -> Iterator[Any]:
+@pytest.fixture(name="chromium")
+def chromium_browser(site: str) -> Iterator[Any]:
     # Per test, and only once the server and fleet exist: Playwright's sync
     # API keeps an event loop on this thread, which Django's async guard
     # would take for an async context in every other test of the session.
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    with chromium() as browser:
         yield browser
-        browser.close()
 
 
 @pytest.fixture

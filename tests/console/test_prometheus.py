@@ -6,7 +6,6 @@ project's alert rules against what it scraped."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -18,17 +17,12 @@ from llmgw_agent.collectors.gpu import collect_gpus
 from tests.inventory.test_gpus import A100_PENDING, H100, join_with_gpus
 from tests.inventory.test_wear import beat
 from tests.payloads import heartbeat, registration
+from tests.servers import free_port
 from tests.tokens import make_token
 
 ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

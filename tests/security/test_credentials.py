@@ -332,7 +332,7 @@ def test_a_revoked_key_is_refused_within_2_s_when_the_key_table_loads_slowly(
 
     from llmgw.serving.gateway import snapshot
     from llmgw.serving.gateway.app import Gateway, mount
-    from tests.serving.gateway_peers import ServerThread
+    from tests.servers import ServerThread
 
     Model.objects.create(name="tiny", source="hf://x/tiny")
     created = keys.create_key("victim", None, all_models=True)

@@ -1,6 +1,7 @@
 """Real peers for the gateway tests: engines that answer like an
-OpenAI-compatible server, each a real HTTP server (uvicorn in a thread), and
-the gateway itself served the same way, on the test database.
+OpenAI-compatible server, each a real HTTP server (uvicorn in a thread,
+tests/servers.py), and the gateway itself served the same way, on the test
+database.
 
 `FakeEngine` answers with constant JSON and SSE, and can be told to fail
 (500, die mid-stream, stall), to report a queue on /metrics, and to record
@@ -9,55 +10,15 @@ that a client hung up on it.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import uvicorn
 
-
-class ServerThread:
-    """An ASGI app under uvicorn on 127.0.0.1, in a thread with its own loop."""
-
-    def __init__(self, app: Any) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
-        self.server = uvicorn.Server(config)
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        async def main() -> None:
-            self.loop = asyncio.get_running_loop()
-            await self.server.serve(sockets=[self.sock])
-
-        asyncio.run(main())
-
-    def start(self) -> ServerThread:
-        self.thread.start()
-        for _ in range(500):
-            if self.server.started:
-                return self
-            self.thread.join(0.01)
-        raise RuntimeError("uvicorn did not start")
-
-    def call(self, coro: Any, timeout: float = 30) -> Any:
-        """Run a coroutine on the server's loop and wait for its result."""
-        assert self.loop is not None
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-
+from tests.servers import ServerThread
 
 CHAT = {
     "id": "chatcmpl-1",

@@ -19,6 +19,7 @@ from llmgw.serving import keys
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.gateway import load
 from llmgw.serving.models import Replica, Shard
+from tests.servers import free_port
 from tests.serving.gateway_peers import engines, gateway_server  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,11 +50,7 @@ def client(gw: Any, api_key: str) -> openai.OpenAI:
 
 
 def dead_url() -> str:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def upstream_of(gw: Any, engine: Any) -> Any:

