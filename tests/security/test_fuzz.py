@@ -15,9 +15,9 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from llmgw_agent.protocol import telemetry as t
 
 from llmgw.fabrics.models import Port
-from llmgw.inventory.api import telemetry_schema as t
 from llmgw.inventory.models import Filesystem, Gpu, ModelHolding, Node
 from tests.payloads import heartbeat, registration
 
