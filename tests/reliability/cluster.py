@@ -18,6 +18,8 @@ from typing import Any
 
 import psycopg
 
+from tests.reliability.agent import NAMES, RealAgent
+from tests.reliability.agent import catalog as real_catalog
 from tests.reliability.services import Postgres, Redis, free_port, wait_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,10 +33,15 @@ from django.contrib.auth.models import User
 from llmgw.accounts import roles
 from llmgw.accounts.tokens import create_token
 from llmgw.catalog import services as catalog
+from llmgw.inventory import services as inventory
+from llmgw.serving import keys
 user = User.objects.create_user("admin", password="a-long-reliability-password")
 roles.grant(user, roles.ADMIN)
 catalog.apply_text(open({catalog!r}).read())
 print(create_token(user, "reliability", None).secret)
+print(keys.create_key("reliability", user, all_models=True).key)
+for name in {nodes!r}:
+    print(inventory.add_node(name, "reliability"))
 """
 
 
@@ -44,7 +51,8 @@ class Cluster:
         self.pg, self.redis = Postgres(), Redis(root / "redis")
         self.logs = root / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
-        (root / "catalog.yaml").write_text(catalog)
+        self.agents = {name: RealAgent(root / name, name, root / "models") for name in NAMES}
+        (root / "catalog.yaml").write_text(catalog + real_catalog(root / "models"))
         self.env = {
             **os.environ,
             "DATABASE_URL": self.pg.url,
@@ -60,7 +68,7 @@ class Cluster:
         self.webs: list[subprocess.Popen[bytes] | None] = [None, None]
         self.workers: list[subprocess.Popen[bytes] | None] = [None, None]
         self.fleets: dict[str, subprocess.Popen[bytes]] = {}
-        self.token = ""
+        self.token = self.gateway_key = ""
         self.starts = 0
 
     @property
@@ -74,15 +82,32 @@ class Cluster:
             [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
             cwd=ROOT, env=self.env, check=True,
         )  # fmt: skip
-        code = SETUP.format(catalog=str(self.root / "catalog.yaml"))
+        code = SETUP.format(catalog=str(self.root / "catalog.yaml"), nodes=NAMES)
         done = subprocess.run(
             [sys.executable, "-c", code], cwd=ROOT, env=self.env, check=True,
             capture_output=True, text=True,
         )  # fmt: skip
-        self.token = done.stdout.strip().splitlines()[-1]
+        lines = done.stdout.strip().splitlines()[-2 - len(NAMES) :]
+        self.token, self.gateway_key, *join_tokens = lines
         for i in (0, 1):
             self.start_web(i)
             self.start_worker(i)
+        for agent, join_token in zip(self.agents.values(), join_tokens, strict=True):
+            agent.configure(self.urls, join_token)
+            self.start_agent(agent.name)
+
+    def start_agent(self, name: str) -> None:
+        self.starts += 1
+        self.agents[name].start(self.env, self.logs / f"agent-{name}.log")
+
+    def apply(self, catalog: str) -> None:
+        """`llmgw catalog apply`, as an operator changes what is held."""
+        path = self.root / f"catalog-{self.starts}.yaml"
+        path.write_text(catalog)
+        subprocess.run(
+            [str(BIN / "llmgw"), "catalog", "apply", str(path)], cwd=ROOT, env=self.env,
+            check=True, capture_output=True,
+        )  # fmt: skip
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         self.starts += 1
@@ -127,6 +152,8 @@ class Cluster:
         proc.wait(30)
 
     def close(self) -> None:
+        for agent in self.agents.values():
+            agent.close()
         for proc in [*self.webs, *self.workers, *self.fleets.values()]:
             self.kill(proc)
         self.pg.resume_if_hung()
@@ -153,6 +180,28 @@ class Cluster:
                 return time.monotonic() - started
             time.sleep(0.5)
         raise AssertionError(f"{query!r} is {got!r}, not {want!r}, after {timeout_s} s")
+
+    def backends(self) -> dict[str, int]:
+        """The control plane's connections to PostgreSQL, by state."""
+        return dict(
+            self.sql(
+                "SELECT coalesce(state, '?'), count(*) FROM pg_stat_activity"
+                " WHERE datname = 'llmgw' AND pid <> pg_backend_pid() GROUP BY 1"
+            )
+        )
+
+    def serving_tiny(self) -> list[tuple[str, int, str]]:
+        """(node, pid, url) of each ready shard of the real agents' model."""
+        return [
+            tuple(row)  # type: ignore[misc]
+            for row in self.sql(
+                "SELECT n.name, s.pid, s.url FROM serving_shard s"
+                " JOIN serving_replica r ON r.id = s.replica_id"
+                " JOIN catalog_model m ON m.id = r.model_id JOIN inventory_node n"
+                " ON n.id = s.node_id WHERE m.name = 'tiny' AND s.state = 'ready'"
+                " AND r.state NOT IN ('lost', 'failed')"
+            )
+        ]
 
     def nodes_ready(self) -> int:
         return self.sql("SELECT count(*) FROM inventory_node WHERE state = 'Ready'")[0][0]
@@ -193,7 +242,15 @@ class Cluster:
             " JOIN serving_replica r ON r.id = s.replica_id"
             " WHERE n.state <> 'Ready' AND r.state NOT IN ('lost', 'failed')"
         )[0][0]
+        named = {
+            pid for (pid,) in self.sql(
+                "SELECT s.pid FROM serving_shard s JOIN serving_replica r ON r.id = s.replica_id"
+                " JOIN inventory_node n ON n.id = s.node_id WHERE n.name = ANY(%s)"
+                " AND s.pid IS NOT NULL AND r.state NOT IN ('lost', 'failed')", list(NAMES),
+            )
+        }  # fmt: skip
         return {
+            "orphans": len({p for a in self.agents.values() for p in a.engines()} - named),
             "duplicates": sum(max(0, live - want) for want, live in rows),
             "missing": sum(max(0, want - live) for want, live in rows),
             "shared_gpus": shared,

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.reliability.agent import NAMES
 from tests.reliability.cluster import Cluster
 from tests.reliability.figures import FIGURES
 
@@ -29,6 +31,7 @@ models:
       - name: cpu
         memory_gb: 1
         cpu_cores: 1
+        node_selector: {"llmgw.io/rack": r01}
   - name: held-gpu
     source: hf://reliability/held-gpu
     always_running: 2
@@ -39,7 +42,10 @@ models:
         memory_gb: 1
         cpu_cores: 1
 """
+# Simulated fleets (prefix: nodes), each in one process, in rack r01; and
+# the real agents' nodes (tests/reliability/agent.py).
 FLEETS = {"a": 4, "b": 4}
+NODES = sum(FLEETS.values()) + len(NAMES)
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +56,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         layout.start()
         for prefix, nodes in FLEETS.items():
             layout.start_fleet(prefix, nodes)
-        layout.settle(sum(FLEETS.values()), 240)
+        layout.settle(NODES, 300)
+        started = time.monotonic()
+        while not layout.serving_tiny():
+            assert time.monotonic() - started < 180, "the real agents' model never got ready"
+            time.sleep(1)
         yield layout
     finally:
         layout.close()

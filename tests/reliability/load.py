@@ -16,6 +16,8 @@ import httpx
 from tests.reliability.figures import percentile
 
 PATH = "/api/v1/nodes/"
+# What the gateway load asks of the real agent's model: the smallest answer.
+COMPLETION = {"model": "tiny", "prompt": "the", "max_tokens": 2}
 # A request its web process died under: a balancer answers it 502.
 CUT = -1
 
@@ -32,6 +34,8 @@ class Load:
     urls: list[str]
     token: str
     workers: int = 2
+    # True: completions through the gateway, `token` being an API key.
+    gateway: bool = False
     samples: list[Sample] = field(default_factory=list)
     failovers: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -51,7 +55,8 @@ class Load:
             t.join(60)
 
     def _run(self, i: int) -> None:
-        headers = {"Authorization": f"Token {self.token}"}
+        scheme = "Bearer" if self.gateway else "Token"
+        headers = {"Authorization": f"{scheme} {self.token}"}
         with httpx.Client(headers=headers, timeout=30) as http:
             n = i
             while not self._stop.is_set():
@@ -65,6 +70,8 @@ class Load:
         for k in range(len(self.urls)):
             url = self.urls[(n + k) % len(self.urls)]
             try:
+                if self.gateway:
+                    return http.post(url + "/v1/completions", json=COMPLETION).status_code
                 return http.get(url + PATH).status_code
             except httpx.ConnectError:
                 self.failovers += 1
@@ -88,26 +95,35 @@ class Load:
         return percentile(values, 50), percentile(values, 99)
 
 
-def burst(urls: list[str], token: str, count: int) -> tuple[Counter[int], list[float], float]:
-    """`count` API calls at once, spread over the web processes: the
-    statuses that were not 200, every latency, and the wall time."""
+@dataclass
+class Answer:
+    status: int  # 0: no answer (refused, cut, or past the client's 120 s)
+    latency_s: float
+    retry_after: str
 
-    async def main() -> tuple[Counter[int], list[float], float]:
+
+def burst(urls: list[str], token: str, count: int) -> tuple[list[Answer], float]:
+    """`count` API calls at once, spread over the web processes: each one's
+    answer, and the wall time."""
+
+    async def main() -> tuple[list[Answer], float]:
         limits = httpx.Limits(max_connections=count, max_keepalive_connections=0)
         headers = {"Authorization": f"Token {token}"}
         async with httpx.AsyncClient(limits=limits, headers=headers, timeout=120) as http:
 
-            async def call(i: int) -> tuple[int, float]:
+            async def call(i: int) -> Answer:
                 sent = time.monotonic()
                 try:
-                    status = (await http.get(urls[i % len(urls)] + PATH)).status_code
+                    r = await http.get(urls[i % len(urls)] + PATH)
                 except httpx.HTTPError:
-                    status = 0
-                return status, time.monotonic() - sent
+                    return Answer(0, time.monotonic() - sent, "")
+                return Answer(
+                    r.status_code, time.monotonic() - sent, r.headers.get("Retry-After", "")
+                )
 
             started = time.monotonic()
             done = await asyncio.gather(*(call(i) for i in range(count)))
             wall = time.monotonic() - started
-        return Counter(s for s, _ in done if s != 200), [t for _, t in done], wall
+        return list(done), wall
 
     return asyncio.run(main())
