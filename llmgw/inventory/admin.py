@@ -4,26 +4,20 @@ because the next heartbeat would overwrite it anyway."""
 
 from django.contrib import admin
 
-from llmgw.inventory.models import AuditEvent, Filesystem, Gpu, ModelHolding, Node
+from llmgw.inventory.models import (
+    AGENT_OWNED_FIELDS,
+    AuditEvent,
+    Filesystem,
+    Gpu,
+    ModelHolding,
+    Node,
+)
 
-AGENT_OWNED = [
+# What the agent reports, and the times and states the control plane keeps
+# about it: shown, never edited here.
+READ_ONLY = [
     "state",
-    "simulated",
-    "agent_labels",
-    "agent_version",
-    "features",
-    "probed",
-    "os",
-    "kernel",
-    "arch",
-    "cpu_model",
-    "cpu_flags",
-    "cpus",
-    "memory_total_bytes",
-    "nvidia_driver",
-    "fabrics",
-    "heartbeat_interval_s",
-    "registered_at",
+    *AGENT_OWNED_FIELDS,
     "last_heartbeat_at",
     "measured_at",
     "cpu_utilization_percent",
@@ -72,7 +66,7 @@ class NodeAdmin(admin.ModelAdmin):
     ]
     list_filter = ["state", "cordoned", "simulated"]
     search_fields = ["name"]
-    readonly_fields = AGENT_OWNED
+    readonly_fields = READ_ONLY
     exclude = [
         "credential_hash",
         "join_token_hash",

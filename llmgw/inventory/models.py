@@ -11,6 +11,22 @@ from django.db import models
 
 from llmgw.inventory.choices import NodeState
 
+# The columns a registration sets from the agent's word, named once: the
+# registration service writes them, the admin shows them read-only (the next
+# registration would overwrite an edit), and the API says null for the text
+# ones left blank. Top-level fields of the registration, then its `system`.
+REGISTERED_FIELDS = ("agent_version", "probed", "simulated", "heartbeat_interval_s")
+SYSTEM_TEXT_FIELDS = ("os", "kernel", "arch", "cpu_model", "nvidia_driver")
+SYSTEM_FIELDS = (*SYSTEM_TEXT_FIELDS, "cpu_flags", "cpus", "memory_total_bytes")
+AGENT_OWNED_FIELDS = (
+    *REGISTERED_FIELDS,
+    *SYSTEM_FIELDS,
+    "agent_labels",
+    "features",
+    "fabrics",
+    "registered_at",
+)
+
 
 class Node(models.Model):
     name = models.CharField(max_length=253, unique=True)

@@ -12,10 +12,17 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from llmgw_agent.protocol.bounds import NAME
 
 from llmgw.inventory import commands, credentials, gpus, sections
 from llmgw.inventory.choices import NodeState
-from llmgw.inventory.models import AuditEvent, Node, StalenessPass
+from llmgw.inventory.models import (
+    REGISTERED_FIELDS,
+    SYSTEM_TEXT_FIELDS,
+    AuditEvent,
+    Node,
+    StalenessPass,
+)
 
 log = logging.getLogger("llmgw.inventory")
 
@@ -31,16 +38,16 @@ def _audit(node_name: str, actor: str, action: str, detail: str = "") -> None:
 # --- identity ---------------------------------------------------------------
 
 
-# The names an agent can report as: its payloads' `node` is checked against
-# this (api/agent_serializers.NAME), and the console and the API put the name
-# in their URLs. A node added under another name could never join.
-NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+# The names an agent can report as: the protocol's, which its payloads'
+# `node` is checked against; the console and the API put the name in their
+# URLs. A node added under another name could never join.
+NODE_NAME = re.compile(NAME)
 
 
 @transaction.atomic
 def add_node(name: str, actor: str) -> str:
     """Create (or re-open) a node and return its one-time join token."""
-    if not NODE_NAME.fullmatch(name):
+    if not NODE_NAME.match(name):
         raise InventoryError(
             f"node name {name!r} is refused: an agent reports as letters, digits, '.', '_' "
             f"and '-', starting with a letter or a digit, 253 characters at most"
@@ -109,14 +116,6 @@ def refuse_impersonation(node: Node, claimed: object, path: str) -> None:
 
 # --- agent reports ----------------------------------------------------------
 
-_AGENT_OWNED = (
-    "agent_version",
-    "probed",
-    "simulated",
-    "heartbeat_interval_s",
-)
-_SYSTEM_FIELDS = ("os", "kernel", "arch", "cpu_model", "nvidia_driver")
-
 
 @transaction.atomic
 def register(node: Node, data: dict[str, Any], address: str | None) -> Node:
@@ -126,10 +125,10 @@ def register(node: Node, data: dict[str, Any], address: str | None) -> Node:
     system = data.get("system") or {}
     node = Node.objects.select_for_update().get(pk=node.pk)
     node.address = address
-    for field in _AGENT_OWNED:
+    for field in REGISTERED_FIELDS:
         if field in data:
             setattr(node, field, data[field])
-    for field in _SYSTEM_FIELDS:
+    for field in SYSTEM_TEXT_FIELDS:
         setattr(node, field, system.get(field) or "")
     node.cpus = system.get("cpus")
     node.memory_total_bytes = system.get("memory_total_bytes")

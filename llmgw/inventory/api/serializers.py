@@ -11,7 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from llmgw.inventory import services
-from llmgw.inventory.models import Filesystem, Gpu, ModelHolding, Node
+from llmgw.inventory.models import SYSTEM_TEXT_FIELDS, Filesystem, Gpu, ModelHolding, Node
 
 
 class FilesystemSerializer(serializers.ModelSerializer):
@@ -135,7 +135,7 @@ class NodeSerializer(serializers.ModelSerializer):
     def to_representation(self, instance: Node) -> dict[str, Any]:
         data = super().to_representation(instance)
         # Free-form JSON columns default to "" in the table; say null instead.
-        for key in ("os", "kernel", "arch", "cpu_model", "nvidia_driver", "agent_version"):
+        for key in (*SYSTEM_TEXT_FIELDS, "agent_version"):
             data[key] = data[key] or None
         return data
 
