@@ -30,9 +30,12 @@ demo: venv
 services:
 	bash deploy/services.sh
 
+# ruff, then the app boundaries of docs/architecture.md (pyproject.toml's
+# [tool.importlinter] contracts).
 lint: venv-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: venv-test
 	$(BIN)/mypy --strict agent/llmgw_agent llmgw/placement/types.py llmgw/placement/scheduler.py llmgw/placement/index.py llmgw/placement/refusals.py
