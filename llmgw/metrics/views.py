@@ -4,17 +4,21 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from llmgw.accounts import roles
 from llmgw.accounts.authentication import TokenAuthentication
+from llmgw.metrics.agents import AgentCollector
 from llmgw.metrics.collectors import FleetCollector
 from llmgw.metrics.fabrics import FabricCollector
 from llmgw.metrics.gpus import GpuCollector
+from llmgw.metrics.held import HeldCollector
 from llmgw.metrics.shards import ShardCollector
 from llmgw.serving.gateway.metrics import GatewayCollector
 
 _registry = CollectorRegistry(auto_describe=False)
 _registry.register(FleetCollector())
+_registry.register(AgentCollector())
 _registry.register(GpuCollector())
 _registry.register(FabricCollector())
 _registry.register(ShardCollector())
+_registry.register(HeldCollector())
 _registry.register(GatewayCollector())
 
 
