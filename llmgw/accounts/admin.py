@@ -9,6 +9,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ["name", "prefix", "user", "created_at", "expires_at"]
     list_filter = ["expires_at"]
     search_fields = ["name", "prefix", "user__username"]
+    list_select_related = ["user"]
     readonly_fields = ["user", "name", "prefix", "created_at"]
     exclude = ["digest"]
 
