@@ -155,7 +155,36 @@ def cmd_status(api: Api, args: argparse.Namespace) -> str:
             "weights   "
             + ", ".join(f"{m} on {len(ns)} node(s)" for m, ns in sorted(holders.items()))
         )
+    held = [m for m in api.call("GET", "/api/v1/models") if m["always_running"] or m["under_load"]]
+    for m in held:
+        lines += [f"held      {m['name']}", f"  weights: {fabric_weights(m['weights_by_fabric'])}"]
     return "\n".join(lines)
+
+
+def node_names(names: list[str], most: int = 6) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def fabric_weights(groups: list[dict[str, Any]]) -> str:
+    """Per physical fabric, the nodes holding a model's weights: a
+    multi-node replica forms inside one fabric, so "none of 8" says a
+    replica there downloads first. Nodes on no known fabric are said as
+    such, never counted on one."""
+    parts = []
+    for g in groups:
+        holders = g["holders"]
+        if g["fabric"] is None:
+            parts.append(
+                f"{g['label']}: {node_names(holders)}"
+                if holders
+                else f"{g['label']}: none of {g['nodes']}"
+            )
+        elif holders:
+            parts.append(f"{g['label']} {len(holders)}/{g['nodes']} nodes ({node_names(holders)})")
+        else:
+            parts.append(f"{g['label']} none of {g['nodes']}")
+    return ", ".join(parts) or f"{DASH} (no node)"
 
 
 def add_parsers(sub: Any) -> None:

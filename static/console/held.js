@@ -38,6 +38,29 @@
     ]);
   }
 
+  // Per physical fabric, which of its nodes hold the weights (a multi-node
+  // replica forms inside one fabric; where none holds them, a replica
+  // downloads first), as `llmgw ctl status` says it. Nodes on no known
+  // fabric are their own row, never counted on a fabric.
+  function weights(m) {
+    const groups = m.weights_by_fabric || [];
+    if (!groups.length) return el("p", { class: "dim" }, `${LG.DASH} (no node)`);
+    const nodeLinks = (names) => names.flatMap((n, i) =>
+      [i ? ", " : "", el("a", { href: `/nodes/${encodeURIComponent(n)}` }, n)]);
+    const rows = groups.map((g) => {
+      const none = !g.holders.length;
+      return el("tr", { "data-fabric": g.fabric === null ? "" : g.fabric, class: g.fabric === null ? "dim" : "" }, [
+        el("td", { title: g.fabric || "" }, g.label),
+        el("td", { class: `count ${none ? "bad" : "ok"}` }, none ? `none of ${g.nodes}` : `${g.holders.length}/${g.nodes} nodes`),
+        el("td", { class: "holders" }, none ? LG.DASH : nodeLinks(g.holders)),
+      ]);
+    });
+    return el("table", { class: "grid weights" }, [
+      el("thead", {}, el("tr", {}, ["Fabric", "Holding", "Nodes holding the weights"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows),
+    ]);
+  }
+
   function headroom(m) {
     const room = m.headroom || {};
     const items = Object.entries(room);
@@ -81,6 +104,7 @@
     card.replaceChildren(
       el("h2", {}, [m.name, el("small", { class: "dim" }, ` ${m.source || ""}`)]),
       el("h3", {}, "Replicas"), replicas(m),
+      el("h3", {}, "Weights by fabric"), weights(m),
       el("h3", {}, "Room for more"), headroom(m),
       el("h3", {}, "Counts"), form(m),
       el("h3", {}, "Placement"), explanation(ex),

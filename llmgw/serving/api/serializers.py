@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from llmgw.catalog.api.serializers import ProfileSerializer
 from llmgw.catalog.models import Model
+from llmgw.serving import weights
 from llmgw.serving.models import Replica
 from llmgw.units import GiB, format_bytes, format_bytes_pair
 
@@ -92,9 +94,22 @@ class ReplicaSerializer(serializers.ModelSerializer):
         return round((timezone.now() - replica.created_at).total_seconds(), 1)
 
 
+class FabricWeightsSerializer(serializers.Serializer):
+    """One physical fabric (or, with fabric null, the nodes on none known)
+    and which of its nodes hold a model's weights."""
+
+    fabric = serializers.CharField(allow_null=True, help_text="physical fabric identity")
+    label = serializers.CharField(help_text='its agent.yaml name(s), or "no fabric known"')
+    kind = serializers.CharField(allow_null=True)
+    names = serializers.ListField(child=serializers.CharField())
+    nodes = serializers.IntegerField(help_text="nodes on the fabric")
+    holders = serializers.ListField(child=serializers.CharField(), help_text="those holding it")
+
+
 class ModelSerializer(serializers.ModelSerializer):
     profiles = ProfileSerializer(many=True, read_only=True)
     replicas = ReplicaSerializer(many=True, read_only=True)
+    weights_by_fabric = serializers.SerializerMethodField()
 
     class Meta:
         model = Model
@@ -106,4 +121,14 @@ class ModelSerializer(serializers.ModelSerializer):
             "under_load",
             "profiles",
             "replicas",
+            "weights_by_fabric",
         ]
+
+    @extend_schema_field(FabricWeightsSerializer(many=True))
+    def get_weights_by_fabric(self, model: Model) -> list[dict[str, Any]]:
+        # Loaded once per answer and kept in the (root's) context, so a list
+        # of every model costs the same few queries as one model.
+        table = self.context.get("weights_by_fabric")
+        if table is None:
+            table = self.context["weights_by_fabric"] = weights.load()
+        return table.for_model(model.name)
