@@ -158,7 +158,8 @@
     { title: "Load", query: `llmgw_node_load{${sel}}`, label: (m) => m.window || "load" },
     { title: "Cores per model", query: `sum by (model) (llmgw_shard_cpu_cores{${sel}})`, optional: true, label: (m) => m.model },
     { title: "Memory per model", query: `sum by (model) (llmgw_shard_memory_bytes{${sel}})`, unit: fmt.bytes, optional: true, label: (m) => m.model },
-    { title: "Queue depth", query: `sum by (model) (llmgw_model_queue_depth)`, optional: true, label: (m) => m.model },
+    // The gateway's queue for the models with a shard here; a shard's memory is what says it runs here.
+    { title: "Queue depth", query: `sum by (model) (llmgw_gateway_queue_depth and on (model) llmgw_shard_memory_bytes{${sel}})`, optional: true, label: (m) => m.model },
   ];
   async function drawHistory() {
     const box = $("charts");

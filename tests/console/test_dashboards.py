@@ -1,6 +1,7 @@
-"""Every Grafana dashboard's queries, evaluated by a real Prometheus that
-scraped a live /metrics fed by the demo-like fleet's heartbeats: each must
-parse, and every metric it names must be one llmgw exports with samples."""
+"""Every Grafana dashboard's queries, and the node page's charts, evaluated
+by a real Prometheus that scraped a live /metrics fed by the demo-like
+fleet's heartbeats: each must parse, and every metric it names must be one
+llmgw exports with samples."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from tests.console.test_prometheus import prometheus  # noqa: F401
 from tests.inventory.test_gpus import A100_PENDING, join_with_gpus
 from tests.inventory.test_wear import beat
 
-DASHBOARDS = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards"
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
+NODE_PAGE = ROOT / "static" / "console" / "node.js"
 # Grafana's own variables, as Grafana would expand them for a 6h range.
 GRAFANA = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "6h"}
 MODEL = "qwen2.5-7b-instruct"  # in deploy/server.example.yaml
@@ -66,6 +69,22 @@ def boards() -> list[dict]:
     return found
 
 
+def node_page_queries(node: str) -> list[tuple[str, str]]:
+    """The PromQL the node page's charts send through the console's proxy,
+    with its node (and GPU) selectors filled in as the page fills them."""
+    script = NODE_PAGE.read_text()
+    found = re.findall(r'title: "([^"]+)", query: `([^`]+)`', script)
+    assert any(title == "Queue depth" for title, _ in found), "the node page charts queue depth"
+    fill = {"${sel}": f'node="{node}"', "${gs}": f'node="{node}",gpu="0"'}
+    out = []
+    for title, query in found:
+        for name, value in fill.items():
+            query = query.replace(name, value)
+        assert "${" not in query, f"node page {title}: {query} has a selector we cannot fill"
+        out.append((f"node page: {title}", query))
+    return out
+
+
 def feed(url: str, data_dir: Path, make_node, agent_client) -> None:
     """Heartbeats from the simulated fleet and its ports; a model held at one
     replica, running one shard on an A100 node whose agent reports the
@@ -105,7 +124,7 @@ def scraped(server: str) -> set[str]:
     return set(answer["data"])
 
 
-def test_every_dashboard_query_parses_and_names_only_exported_metrics(
+def test_every_dashboard_and_node_page_query_parses_and_reads_exported_metrics(
     prometheus,  # noqa: F811 (the fixture imported above)
     live_server,
     settings,
@@ -120,6 +139,7 @@ def test_every_dashboard_query_parses_and_names_only_exported_metrics(
         for b in boards()
         for where, expr in queries(b)
     ]
+    checks += node_page_queries("a100-1")
     wanted = {name for _, expr in checks for name in METRIC.findall(expr)}
     deadline = time.monotonic() + 60
     while True:
@@ -129,10 +149,15 @@ def test_every_dashboard_query_parses_and_names_only_exported_metrics(
             break
         time.sleep(1)
     assert not wanted - have, f"no samples scraped for {sorted(wanted - have)}"
+    results = {}
     for where, expr in checks:
         answer = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=5)
         body = answer.json()
         assert body["status"] == "success", f"{where}: {expr}: {body.get('error')}"
+        results[where] = body["data"]["result"]
+    # The node running the held model's shard charts that model's queue.
+    [queue] = results["node page: Queue depth"]
+    assert queue["metric"] == {"model": MODEL} and float(queue["value"][1]) == 2.0
 
 
 def test_queries_name_the_metrics_they_read():
