@@ -21,6 +21,7 @@ import msgspec
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
+from . import perftest
 from .client import Backoff
 from .collectors.registry import Roots
 from .protocol.stream import Command, Result
@@ -61,6 +62,11 @@ def ibnetdiscover(roots: Roots, args: Mapping[str, Any]) -> str:
     if done.returncode != 0:
         raise RuntimeError(f"ibnetdiscover exited {done.returncode}: {done.stderr.strip()[:2000]}")
     return done.stdout
+
+
+# The fabric test's requests (llmgw_agent.protocol.perftest): answered here, so
+# every agent that has them lists them in its registration's features.
+COMMANDS.update(perftest.HANDLERS)
 
 
 def stream_url(server_url: str) -> str:
