@@ -14,9 +14,17 @@ JSON-ready dict (see :func:`analyze`). Every step is linear in nodes + links.
   vendor default (``"MT4129 ConnectX7   Mellanox Technologies"``: the node
   never set its description) has no node and no device; a single word is a
   node whose device is unknown.
-* **Degraded links.** Links are grouped by kind (``adapter-leaf``,
-  ``leaf-spine``, ``spine-core``, ...); the rate most links of a kind run at
-  is what that kind is expected to run at, and a link below it trained short.
+* **Degraded links.** A cable is degraded when it runs below what it was
+  built to run. ``ibnetdiscover`` prints only the *active* width and speed
+  (also ``-f``'s ``s=``/``w=``, and ``-p``), never what the ports support, so
+  what a cable was built for is read from its like: cables are grouped by
+  kind (``adapter-leaf``, ``leaf-spine``, ...) *and by the generation of
+  both ends*, and the rate most of a group run at is expected of it. A
+  switch's generation is its model (``devid``) and the fastest rate any of
+  its cables runs at (a port never trains above what it supports); an
+  adapter's is its model. So in a fabric midway through a spine upgrade the
+  old spines' cables are judged against the old rate and the new spines'
+  against the new one, not against one rate for the whole tier.
 * **Rails.** In a rail-optimised fabric every node's ``mlx5_N`` goes to the
   leaf (group) of rail N. A leaf belongs to the device most of its adapters
   are; an adapter on a leaf that belongs to another device is misaligned. A
@@ -97,9 +105,14 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
     hops = _hops_from(leaves, sw_adj)
     tier = {n.guid: _tier(hops.get(n.guid)) for n in switches}
     rate_info = _rate_info(fabric.links)
-    link_rows, by_kind, rate_text = _link_rows(fabric, tier, role, rate_info)
-    expected = _expected_rates(by_kind)
-    degraded = _degraded(link_rows, expected, rate_text)
+    gen = _generations(fabric, rate_info)
+    link_rows, groups, by_group, rate_text = _link_rows(fabric, tier, role, rate_info, gen)
+    expected = _expected_rates(by_group)
+    degraded = _degraded(link_rows, groups, expected, rate_text)
+    by_kind: dict[str, Counter[int | float]] = {}
+    for group, counts in by_group.items():
+        by_kind.setdefault(group[0], Counter()).update(counts)
+    kind_rate = _expected_rates(by_kind)
     adapters = _adapters(nodes, role, ports_of, rate_info)
     rails = _rails(adapters)
     switch_rows = _switch_rows(fabric, switches, tier, hops, adapters, rails["leaf_rail"])
@@ -124,9 +137,11 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
             "rail_aligned_share": rails["aligned_share"],
             "misaligned_rails": len(rails["misaligned"]),
         },
+        # the rate most cables of each kind run at: what the map shows per kind;
+        # a cable is judged against its own generation's (see _generations)
         "expected_rates": {
-            k: {"rate": v, "rate_text": rate_text[(k, v)].most_common(1)[0][0]}
-            for k, v in sorted(expected.items())
+            k: {"rate": v, "rate_text": _kind_rate_text(rate_text, k, v)}
+            for k, v in sorted(kind_rate.items())
         },
         "switches": switch_rows,
         "adapters": adapters,
@@ -220,19 +235,45 @@ def _rate_info(links: list[Link]) -> _RateInfo:
     return info
 
 
+# what a cable is judged against: its kind and both ends' generations
+_Group = tuple[str, tuple[Any, ...], tuple[Any, ...]]
+
+
+def _generations(fabric: Fabric, rate_info: _RateInfo) -> dict[str, tuple[Any, ...]]:
+    """Each switch's generation: its model and the fastest rate any of its
+    cables runs at. Only a switch whose every cable trained short is misread
+    (its cables then look like an older generation's)."""
+    nodes = fabric.nodes
+    fastest: dict[str, int | float] = {}
+    for link in fabric.links:
+        gbps = rate_info[link.rate][0]
+        if gbps is None:
+            continue
+        for g in (link.a.guid, link.b.guid):
+            if gbps > fastest.get(g, 0):
+                fastest[g] = gbps
+    return {n.guid: (n.devid, fastest.get(n.guid)) for n in nodes.values() if n.kind == "switch"}
+
+
 def _link_rows(
-    fabric: Fabric, tier: dict[str, str], role: dict[str, str], rate_info: _RateInfo
+    fabric: Fabric,
+    tier: dict[str, str],
+    role: dict[str, str],
+    rate_info: _RateInfo,
+    gen: dict[str, tuple[Any, ...]],
 ) -> tuple[
     list[dict[str, Any]],
-    dict[str, Counter[int | float]],
-    dict[tuple[str, int | float], Counter[str]],
+    list[_Group],
+    dict[_Group, Counter[int | float]],
+    dict[tuple[_Group, int | float], Counter[str]],
 ]:
-    """Each link, lower tier first, with its kind ("leaf-spine"); and how many
-    links of each kind run at each rate, and under which names."""
+    """Each link, lower tier first, with its kind ("leaf-spine") and group;
+    and how many links of each group run at each rate, under which names."""
     nodes = fabric.nodes
     link_rows: list[dict[str, Any]] = []
-    by_kind: dict[str, Counter[int | float]] = {}
-    rate_text: dict[tuple[str, int | float], Counter[str]] = {}
+    groups: list[_Group] = []
+    by_group: dict[_Group, Counter[int | float]] = {}
+    rate_text: dict[tuple[_Group, int | float], Counter[str]] = {}
     level = {g: TIER_RANK[t] for g, t in tier.items()}
     level.update((g, 0) for g in role)
     for link in fabric.links:
@@ -240,29 +281,42 @@ def _link_rows(
         la, lb = level[ea.guid], level[eb.guid]
         if lb < la or (lb == la and eb.guid < ea.guid):
             ea, eb = eb, ea
+        na, nb = nodes[ea.guid], nodes[eb.guid]
         ta = tier.get(ea.guid) or role[ea.guid]
         tb = tier.get(eb.guid) or role[eb.guid]
         kind = f"{ta}-{tb}"
+        group = (kind, gen.get(ea.guid) or (na.devid,), gen.get(eb.guid) or (nb.devid,))
         gbps, text = rate_info[link.rate]
         link_rows.append(
             {
-                "a": _end(nodes[ea.guid], ea.port),
-                "b": _end(nodes[eb.guid], eb.port),
+                "a": _end(na, ea.port),
+                "b": _end(nb, eb.port),
                 "kind": kind,
                 "rate": gbps,
                 "rate_text": text,
             }
         )
+        groups.append(group)
         if gbps is not None and text is not None:
-            counts = by_kind.get(kind)
+            counts = by_group.get(group)
             if counts is None:
-                counts = by_kind[kind] = Counter()
+                counts = by_group[group] = Counter()
             counts[gbps] += 1
-            texts = rate_text.get((kind, gbps))
+            texts = rate_text.get((group, gbps))
             if texts is None:
-                texts = rate_text[(kind, gbps)] = Counter()
+                texts = rate_text[(group, gbps)] = Counter()
             texts[text] += 1
-    return link_rows, by_kind, rate_text
+    return link_rows, groups, by_group, rate_text
+
+
+def _kind_rate_text(
+    rate_text: dict[tuple[_Group, int | float], Counter[str]], kind: str, gbps: int | float
+) -> str:
+    names: Counter[str] = Counter()
+    for (group, g), texts in rate_text.items():
+        if group[0] == kind and g == gbps:
+            names.update(texts)
+    return names.most_common(1)[0][0]
 
 
 def _end(node: Node, port: int) -> dict[str, Any]:
@@ -274,22 +328,23 @@ def _end(node: Node, port: int) -> dict[str, Any]:
     }
 
 
-def _expected_rates(by_kind: dict[str, Counter[int | float]]) -> dict[str, int | float]:
-    expected: dict[str, int | float] = {}
-    for kind, counts in by_kind.items():
+def _expected_rates(by_group: dict[Any, Counter[int | float]]) -> dict[Any, int | float]:
+    expected: dict[Any, int | float] = {}
+    for group, counts in by_group.items():
         # most common; a tie goes to the faster rate (the slower is the odd one out)
-        expected[kind] = max(counts.items(), key=lambda kv: (kv[1], kv[0]))[0]
+        expected[group] = max(counts.items(), key=lambda kv: (kv[1], kv[0]))[0]
     return expected
 
 
 def _degraded(
     link_rows: list[dict[str, Any]],
-    expected: dict[str, int | float],
-    rate_text: dict[tuple[str, int | float], Counter[str]],
+    groups: list[_Group],
+    expected: dict[_Group, int | float],
+    rate_text: dict[tuple[_Group, int | float], Counter[str]],
 ) -> list[dict[str, Any]]:
     degraded: list[dict[str, Any]] = []
-    for row in link_rows:
-        exp = expected.get(row["kind"])
+    for row, group in zip(link_rows, groups, strict=True):
+        exp = expected.get(group)
         if row["rate"] is None or exp is None or row["rate"] >= exp:
             continue
         degraded.append(
@@ -300,7 +355,7 @@ def _degraded(
                 "rate": row["rate"],
                 "rate_text": row["rate_text"],
                 "expected_rate": exp,
-                "expected_rate_text": rate_text[(row["kind"], exp)].most_common(1)[0][0],
+                "expected_rate_text": rate_text[(group, exp)].most_common(1)[0][0],
             }
         )
     return degraded

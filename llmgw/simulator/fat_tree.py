@@ -84,6 +84,9 @@ class FatTree:
     short: Mapping[tuple[str, str | int, str | int], str] = field(default_factory=dict)
     #: (host, "mlx5_N") -> the rail whose leaf (of the same group) it is plugged into
     miswired: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    #: spine index -> the rate its cables (up and down) are built for, where it
+    #: differs from ``rate``: a fabric midway through a spine upgrade
+    spine_rates: Mapping[int, str] = field(default_factory=dict)
 
     @property
     def rails(self) -> int:
@@ -125,7 +128,10 @@ class FatTree:
         return self.short.get(("adapter", host, device), self.rate)
 
     def uplink_rate(self, leaf_index: int, spine: int) -> str:
-        return self.short.get(("uplink", leaf_index, spine), self.rate)
+        return self.short.get(("uplink", leaf_index, spine), self.spine_rate(spine))
+
+    def spine_rate(self, spine: int) -> str:
+        return self.spine_rates.get(spine, self.rate)
 
 
 class Switch(NamedTuple):
@@ -198,11 +204,12 @@ def cabling(tree: FatTree) -> Cabling:
     for li, lg in enumerate(tier["leaf"]):
         for s, spg in enumerate(tier["spine"]):
             for k in range(u):
-                rate = tree.uplink_rate(li, s) if k == 0 else tree.rate
+                rate = tree.uplink_rate(li, s) if k == 0 else tree.spine_rate(s)
                 cables.append(Cable(End(lg, uplink0 + s * u + k), End(spg, 1 + li * u + k), rate))
     for s, spg in enumerate(tier["spine"]):
         for c, cg in enumerate(tier["core"]):
-            cables.append(Cable(End(spg, len(leaves) * u + 1 + c), End(cg, 1 + s), tree.rate))
+            rate = tree.spine_rate(s)
+            cables.append(Cable(End(spg, len(leaves) * u + 1 + c), End(cg, 1 + s), rate))
     return Cabling(switches, adapters, cables)
 
 

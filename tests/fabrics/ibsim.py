@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 from llmgw.simulator.fat_tree import FatTree, SwitchNames, cabling, numbered_hosts
@@ -37,18 +38,24 @@ def ibsim_tree(
     short_uplink: str | None = "1xHDR",
     short_adapter: tuple[int, int, str] | None = (4, 1, "4xEDR"),
     miswire: tuple[int, int, int] | None = (3, 1, 2),
+    spine_rates: dict[int, str] | None = None,
+    short_uplinks: dict[tuple[int, int], str] | None = None,
 ) -> FatTree:
     """The tree, all its nodes under one leaf per rail.
 
     ``short_uplink``: the first leaf's first uplink trains at this instead of
     4xHDR. ``short_adapter``: (node number, device, rate) for one adapter
     cable. ``miswire``: (node number, device, rail) puts that adapter on the
-    given rail's leaf instead of its own.
+    given rail's leaf instead of its own. ``spine_rates``: spine index -> the
+    rate its cables are built for (spines of two generations);
+    ``short_uplinks``: (leaf index, spine index) -> rate, more short uplinks.
     """
     hosts = numbered_hosts(adapters_per_node, name="node{:03d}", first=1)
     short: dict[tuple[str, str | int, str | int], str] = {}
     if short_uplink is not None:
         short[("uplink", 0, 0)] = short_uplink
+    for (leaf, spine), rate in (short_uplinks or {}).items():
+        short[("uplink", leaf, spine)] = rate
     if short_adapter is not None:
         node, device, rate = short_adapter
         short[("adapter", f"node{node:03d}", f"mlx5_{device}")] = rate
@@ -69,6 +76,7 @@ def ibsim_tree(
         names=NAMES,
         short=short,
         miswired=miswired,
+        spine_rates=spine_rates or {},
     )
 
 
@@ -83,10 +91,16 @@ def tiers(tree: FatTree) -> dict[str, str]:
 
 
 def short_ends(tree: FatTree) -> set[tuple[str, int]]:
-    """(name, port) of the lower end of each cable that trains short."""
+    """(name, port) of the lower end of each cable that trains short of what it
+    was built for."""
     c = cabling(tree)
+    built = cabling(replace(tree, short={})).cables
     names = c.names()
-    return {(names[k.a.guid], k.a.port) for k in c.cables if k.rate != tree.rate}
+    return {
+        (names[k.a.guid], k.a.port)
+        for k, b in zip(c.cables, built, strict=True)
+        if k.rate != b.rate
+    }
 
 
 def miswired(tree: FatTree) -> list[tuple[str, str, str]]:
