@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from llmgw.fabrics.api.views import FabricListView, TopologyView
+from llmgw.fabrics.api.views import FabricListView, FabricTestView, TopologyView
 from llmgw.inventory.api.views import NodeViewSet
 from llmgw.nvlink.api import NvlinkView
 from llmgw.serving.api.keys import ApiKeyViewSet
@@ -26,6 +26,7 @@ router.register("keys", ApiKeyViewSet, basename="apikey")
 urlpatterns = [
     path("nvlink", NvlinkView.as_view(), name="nvlink"),
     path("fabrics", FabricListView.as_view(), name="fabrics"),
+    path("fabrics/test", FabricTestView.as_view(), name="fabric-test"),
     path("fabrics/<int:pk>/topology", TopologyView.as_view(), name="fabric-topology"),
     *router.urls,
 ]

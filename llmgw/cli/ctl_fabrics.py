@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+import httpx
+
 from llmgw.cli.ctl_client import DASH, Api, table
 
 
@@ -76,6 +78,38 @@ def cmd_nvlink(api: Api, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def _gbps(value: float | None) -> str:
+    return DASH if value is None else f"{value:.1f} Gb/s"
+
+
+def cmd_fabric_test(api: Api, args: argparse.Namespace) -> str:
+    """One row a rail; the request waits while the rails run one after another."""
+    # Each rail takes its duration plus the agents' setup; the default 30 s is too short.
+    api.client.timeout = httpx.Timeout(args.wait)
+    body = {"a": args.a, "b": args.b, "duration_s": args.duration, "size": args.size}
+    data = api.call("POST", "/api/v1/fabrics/test", body)
+    if args.json:
+        return json.dumps(data, indent=2)
+    rows = [
+        [
+            r["rail"],
+            f"{r['a_device']}/{r['a_port']}",
+            f"{r['b_device']}/{r['b_port']}",
+            _gbps(r["expected_gbps"]),
+            _gbps(r["measured_gbps"]),
+            r["grade"],
+        ]
+        for r in data["rails"]
+    ]
+    headers = ["RAIL", "A ADAPTER", "B ADAPTER", "EXPECTED", "MEASURED", "GRADE"]
+    lines = [f"{data['a']} (A, client) -> {data['b']} (B, server): ib_write_bw, "
+             f"{data['duration_s']} s a rail, {data['size']} B messages", table(headers, rows)]  # fmt: skip
+    lines += [f"rail {r['rail']}: {r['detail']}" for r in data["rails"] if r["detail"]]
+    if data["simulated"]:
+        lines.append("simulated: these nodes are simulated and so are their numbers")
+    return "\n".join(lines)
+
+
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "fabrics", help="physical fabrics, their subnet managers, problems and warnings"
@@ -85,3 +119,14 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("nvlink", help="multi-node NVLink domains and what keeps trays out")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_nvlink)
+    p = sub.add_parser(
+        "fabric-test",
+        help="ib_write_bw between two nodes rail by rail, through their agents, graded",
+    )
+    p.add_argument("a", help="the node running the client")
+    p.add_argument("b", help="the node running the server")
+    p.add_argument("--duration", type=int, default=5, help="seconds a rail (1-60)")
+    p.add_argument("--size", type=int, default=65536, help="message size in bytes")
+    p.add_argument("--wait", type=float, default=900.0, help="seconds to wait for all rails")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_fabric_test)

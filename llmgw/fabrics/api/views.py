@@ -7,8 +7,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from llmgw.accounts.permissions import IsViewer
-from llmgw.fabrics import overview
+from llmgw.accounts.permissions import IsOperator, IsViewer
+from llmgw.fabrics import fabric_test, overview
 from llmgw.fabrics.models import FabricMap, PhysicalFabric
 
 
@@ -46,3 +46,35 @@ class TopologyView(APIView):
                 "map": fabric_map.analysis,
             }
         )
+
+
+class FabricTestRequest(serializers.Serializer):
+    a = serializers.CharField(max_length=253)
+    b = serializers.CharField(max_length=253)
+    duration_s = serializers.IntegerField(min_value=1, max_value=60, default=5)
+    size = serializers.IntegerField(min_value=1, max_value=1 << 30, default=65536)
+
+
+class FabricTestView(APIView):
+    """Run ib_write_bw between two nodes rail by rail, through their agents.
+    It answers when the last rail is done (seconds a rail), so the caller
+    waits; an operator's action, as it loads the links it measures."""
+
+    permission_classes = [IsOperator]
+
+    @extend_schema(request=FabricTestRequest, responses=serializers.DictField())
+    def post(self, request: Request) -> Response:
+        given = FabricTestRequest(data=request.data)
+        given.is_valid(raise_exception=True)
+        data = given.validated_data
+        try:
+            result = fabric_test.run(
+                data["a"],
+                data["b"],
+                duration_s=data["duration_s"],
+                size=data["size"],
+                actor=request.user.get_username(),
+            )
+        except fabric_test.Refused as exc:
+            return Response({"detail": f"fabric test refused: {exc}"}, status=409)
+        return Response(result)
