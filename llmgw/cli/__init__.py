@@ -119,22 +119,30 @@ def _event(args: argparse.Namespace) -> int:
 
 def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", help="the agent's agent.yaml, for its /proc, /sys and command wrapper"
+        "--config",
+        help="the agent's agent.yaml: its roots, command wrapper, fabrics, model_dirs, "
+        "engines and the control plane to ask (without it, that check says unknown)",
     )
+    parser.add_argument("--json", action="store_true", help="print the checks as JSON")
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    # Runs the agent's own checks on this machine; no control plane needed.
+    # Runs the agent's own checks on this machine; the control plane only answers them.
     from llmgw_agent.doctor import print_report
     from llmgw_agent.payload import roots_for
 
     if args.config:
-        from llmgw_agent.config import load_config
+        from llmgw_agent.config import ConfigError, load_config
 
-        return print_report(roots_for(load_config(args.config)))
+        try:
+            config = load_config(args.config)
+        except ConfigError as exc:
+            print(f"llmgw doctor: {exc}", file=sys.stderr)
+            return 2
+        return print_report(roots_for(config), config, as_json=args.json)
     from llmgw_agent.collectors import Roots
 
-    return print_report(Roots())
+    return print_report(Roots(), as_json=args.json)
 
 
 def _worker_arguments(parser: argparse.ArgumentParser) -> None:
@@ -188,7 +196,8 @@ COMMANDS = (
     ),
     Command(
         "doctor",
-        "on a node: check GPU fabric joining, bandwidth and IMEX",
+        "on a node: check IB ports, subnet managers, fabrics, NVLink, IMEX, engines, "
+        "room for weights, clock and credential",
         _doctor,
         _doctor_arguments,
     ),

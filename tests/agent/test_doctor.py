@@ -94,4 +94,4 @@ def test_print_report_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "insufficient resources" in capsys.readouterr().out
     no_gpu = Roots(proc=Path("/nonexistent"), nvml=lambda: fake(present=False))
     assert print_report(no_gpu) == 0
-    assert "GPU fabric checks skipped" in capsys.readouterr().out
+    assert "not present: no NVIDIA GPU visible through NVML" in capsys.readouterr().out

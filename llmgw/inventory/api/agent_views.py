@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema
 from llmgw_agent.protocol.errors import field_errors
@@ -194,3 +195,80 @@ class JoinView(AgentView):
         except services.InventoryError as exc:
             return Response({"errors": {"token": [str(exc)]}}, status=status.HTTP_403_FORBIDDEN)
         return Response(msgspec.to_builtins(Joined(node=join.node, credential=credential)))
+
+
+class RecordView(APIView):
+    """What the control plane recorded for the calling node, for `llmgw doctor`.
+
+    Node-scoped: the credential says which node, so a node reads only its own record; a
+    `?node=` naming another is refused and audited like a payload naming another. It
+    changes nothing (no heartbeat): doctor may call it while the agent runs. Reached
+    through the reverse relations, so the inventory imports no other app.
+    """
+
+    authentication_classes = [NodeCredentialAuthentication]
+    permission_classes = [IsNode]
+
+    def get(self, request: Request) -> Response:
+        node: Node = request.auth
+        asked = request.query_params.get("node")
+        if asked is not None and asked != node.name:
+            services.refuse_impersonation(node, asked, request.path)
+            return Response(
+                {"errors": {"node": [f"this credential belongs to {node.name}"]}},
+                status=status.HTTP_403_FORBIDDEN,
+            )
+        return Response(
+            {
+                "node": node.name,
+                "state": services.effective_state(node),
+                "time": timezone.now().isoformat(),
+                "ports": _recorded_ports(node),
+                "fabrics": _recorded_fabrics(node),
+                "shards": _recorded_shards(node),
+            }
+        )
+
+
+def _recorded_ports(node: Node) -> list[dict[str, Any]]:
+    ports = node.network_ports.select_related("physical_fabric")
+    return [
+        {
+            "device": p.device,
+            "port": p.port,
+            "state": p.state,
+            "phys_state": p.phys_state,
+            "declared_fabric": p.declared_fabric,
+            "sm_guid": p.sm_guid,
+            "physical_fabric": p.physical_fabric.identity if p.physical_fabric else None,
+        }
+        for p in ports
+    ]
+
+
+def _recorded_fabrics(node: Node) -> list[dict[str, Any]]:
+    seen: dict[int, dict[str, Any]] = {}
+    ports = node.network_ports.select_related("physical_fabric")
+    for p in ports:
+        fab = p.physical_fabric
+        if fab is not None and fab.pk not in seen:
+            seen[fab.pk] = {
+                "identity": fab.identity,
+                "master_guid": fab.master_guid,
+                "managers": sorted(m.guid for m in fab.managers.all()),
+            }
+    return list(seen.values())
+
+
+def _recorded_shards(node: Node) -> list[dict[str, Any]]:
+    holdings = {h.model_name: h.path for h in node.holdings.all()}
+    shards = node.shards.select_related("replica__model")
+    return [
+        {
+            "replica": s.replica_id,
+            "rank": s.rank,
+            "model": s.replica.model.name,
+            "model_path": holdings.get(s.replica.model.name),
+        }
+        for s in shards
+    ]

@@ -6,4 +6,5 @@ agent_urlpatterns = [
     path("join", agent_views.JoinView.as_view(), name="agent-join"),
     path("register", agent_views.RegisterView.as_view(), name="agent-register"),
     path("heartbeat", agent_views.heartbeat, name="agent-heartbeat"),
+    path("record", agent_views.RecordView.as_view(), name="agent-record"),
 ]

@@ -1,9 +1,8 @@
-"""doctor: what keeps this node's GPUs out of a multi-node NVLink domain, and what to do.
+"""What keeps this node's GPUs out of a multi-node NVLink domain, and what to do.
 
 `problems()` is pure: it reads the registration's `gpus` (with `fabric`) and `imex`, so
-the control plane's `llmgw doctor` calls it on what a node reported
-(`from llmgw_agent.doctor import problems`), and `llmgw-agent --doctor` on what this
-node reads now (`check_node`).
+the control plane can run it on what a node reported (`from llmgw_agent.doctor import
+problems`), and doctor on what this node reads now.
 """
 
 from __future__ import annotations
@@ -12,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .collectors import Roots
-from .collectors.gpu import collect_inventory
-from .collectors.gpu_nvml import now
+from ..collectors import Roots
+from ..collectors.gpu import collect_inventory
+from ..collectors.gpu_nvml import now
 
 _FM = "check nvidia-fabricmanager on this tray: systemctl status nvidia-fabricmanager"
 
@@ -165,15 +164,3 @@ def check_node(roots: Roots) -> tuple[list[Problem], list[str]]:
     if not any(g.get("fabric") for g in gpus):
         notes.append("the driver reports no GPU fabric: not an NVLink-domain node")
     return problems(gpus, data.get("imex"), pending or None), notes
-
-
-def print_report(roots: Roots) -> int:
-    """llmgw-agent --doctor: print each problem with what to do; 1 when there is one."""
-    found, notes = check_node(roots)
-    for note in notes:
-        print(f"note: {note}")
-    for p in found:
-        print(p)
-    if not found:
-        print("GPU fabric and IMEX: no problems found")
-    return 1 if found else 0
