@@ -13,7 +13,14 @@ JSON-ready dict (see :func:`analyze`). Every step is linear in nodes + links.
 * **Owners.** ``"host mlx5_3"`` is device ``mlx5_3`` of node ``host``. A
   vendor default (``"MT4129 ConnectX7   Mellanox Technologies"``: the node
   never set its description) has no node and no device; a single word is a
-  node whose device is unknown.
+  node whose device is unknown, unless it is a device name (``"HCA-3"``). A
+  placeholder host name (``localhost``: the description was set before the
+  hostname) names no node: many hosts share it.
+* **Rail of a device.** ``mlx5_N`` is rail N and ``HCA-N`` rail N-1: DGX OS
+  names the compute adapters HCA-1.. in rail order, 1-based, and on the real
+  DGX H100 fabric every leaf carrying HCA-N from the DGXs carries
+  ``mlx5_(N-1)`` from the other hosts. Taking the rail from the name rather
+  than the leaf keeps a miscabled adapter visible as one.
 * **Degraded links.** A cable is degraded when it runs below what it was
   built to run. ``ibnetdiscover`` prints only the *active* width and speed
   (also ``-f``'s ``s=``/``w=``, and ``-p``), never what the ports support, so
@@ -25,9 +32,9 @@ JSON-ready dict (see :func:`analyze`). Every step is linear in nodes + links.
   adapter's is its model. So in a fabric midway through a spine upgrade the
   old spines' cables are judged against the old rate and the new spines'
   against the new one, not against one rate for the whole tier.
-* **Rails.** In a rail-optimised fabric every node's ``mlx5_N`` goes to the
-  leaf (group) of rail N. A leaf belongs to the device most of its adapters
-  are; an adapter on a leaf that belongs to another device is misaligned. A
+* **Rails.** In a rail-optimised fabric every node's rail N goes to the
+  leaf (group) of rail N. A leaf belongs to the rail most of its adapters
+  are on; an adapter on a leaf that belongs to another rail is misaligned. A
   fabric where fewer than :data:`RAIL_OPTIMISED_SHARE` of adapters sit on a
   leaf of their own device is not rail-optimised (e.g. one leaf per rack), and
   then nothing is reported as misaligned.
@@ -58,16 +65,25 @@ _VENDOR_DEFAULT = re.compile(
 )
 
 
+# names a device has on its own: the kernel's (mlx5_0) and DGX OS's (HCA-1)
+_ADAPTER_NAME = re.compile(r"(?i)(?:mlx\d+_(\d+)|(hca)[-_]?(\d+))\Z")
+_PLACEHOLDER_HOST = frozenset(("localhost", "localhost.localdomain", "(none)"))
+
+
 def split_description(desc: str) -> tuple[str | None, str | None]:
-    """``"host mlx5_3"`` -> ``("host", "mlx5_3")``; vendor defaults -> ``(None, None)``."""
+    """``"host mlx5_3"`` -> ``("host", "mlx5_3")``; vendor defaults -> ``(None, None)``;
+    ``"HCA-3"`` -> ``(None, "HCA-3")``; ``"localhost mlx5_0"`` -> ``(None, "mlx5_0")``."""
     desc = desc.strip()
     if not desc or _VENDOR_DEFAULT.search(desc):
         return None, None
     parts = desc.split()
     if len(parts) == 1:
-        return parts[0], None
+        if _ADAPTER_NAME.match(parts[0]):
+            return None, parts[0]
+        return (None if parts[0].lower() in _PLACEHOLDER_HOST else parts[0]), None
     if len(parts) == 2 and _DEVICE.match(parts[1]):
-        return parts[0], parts[1]
+        host = None if parts[0].lower() in _PLACEHOLDER_HOST else parts[0]
+        return host, parts[1]
     return None, None
 
 
@@ -76,6 +92,19 @@ def device_number(device: str | None) -> int | None:
         return None
     m = _DEVICE.match(device)
     return int(m.group(1)) if m else None
+
+
+def device_rail(device: str | None) -> int | None:
+    """The rail a device name says: ``mlx5_N`` -> N, ``HCA-N`` -> N-1 (see the
+    module docstring); other names by their number."""
+    if device is None:
+        return None
+    m = _ADAPTER_NAME.match(device)
+    if m is None:
+        return device_number(device)
+    if m.group(2) is not None:
+        return int(m.group(3)) - 1
+    return int(m.group(1))
 
 
 def _num(x: float | None) -> int | float | None:
@@ -115,7 +144,9 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
     kind_rate = _expected_rates(by_kind)
     adapters = _adapters(nodes, role, ports_of, rate_info)
     rails = _rails(adapters)
-    switch_rows = _switch_rows(fabric, switches, tier, hops, adapters, rails["leaf_rail"])
+    switch_rows = _switch_rows(
+        fabric, switches, tier, hops, adapters, rails["leaf_rail"], rails["leaf_rail_name"]
+    )
     tiers = Counter(tier.values())
     roles = Counter(role.values())
     return {
@@ -373,6 +404,7 @@ def _adapters(
         if n.kind == "switch":
             continue
         node_name, device = split_description(n.description)
+        rail = device_rail(device) if role[n.guid] == "adapter" else None
         ports = ports_of.get(n.guid, [])
         if len(ports) > 1:
             ports.sort(key=lambda p: p[0])
@@ -391,6 +423,7 @@ def _adapters(
                 "node": node_name,
                 "device": device,
                 "device_number": device_number(device),
+                "rail": rail,
                 "lid": n.lid,
                 "leaf_guid": leaf[1] if leaf else None,
                 "leaf_port": leaf[2] if leaf else None,
@@ -420,7 +453,8 @@ def _switch_rows(
     tier: dict[str, str],
     hops: dict[str, int],
     adapters: list[dict[str, Any]],
-    leaf_rail: dict[str, str],
+    leaf_rail: dict[str, int],
+    leaf_rail_name: dict[str, str],
 ) -> list[dict[str, Any]]:
     attached: Counter[str] = Counter()
     for ad in adapters:
@@ -440,7 +474,9 @@ def _switch_rows(
             "connected_ports": degree[n.guid],
             "adapters": attached[n.guid],
             "lid": n.lid,
-            "rail": leaf_rail.get(n.guid),
+            # the rail's device name as most of its adapters give it; rail_index its number
+            "rail": leaf_rail_name.get(n.guid),
+            "rail_index": leaf_rail.get(n.guid),
         }
         for n in switches
     ]
@@ -449,48 +485,58 @@ def _switch_rows(
 
 
 def _rails(adapters: list[dict[str, Any]]) -> dict[str, Any]:
-    """Which leaf carries which device, and which adapters sit on another's leaf."""
-    on_leaf: dict[str, Counter[str]] = {}
+    """Which leaf carries which rail, and which adapters sit on another's leaf."""
+    on_leaf: dict[str, Counter[int]] = {}
+    names: dict[tuple[str, int], Counter[str]] = {}
+    placed_on: list[dict[str, Any]] = []
     for a in adapters:
-        if a["role"] == "adapter" and a["device"] and a["node"] and a["leaf_guid"]:
-            c = on_leaf.get(a["leaf_guid"])
-            if c is None:
-                c = on_leaf[a["leaf_guid"]] = Counter()
-            c[a["device"]] += 1
-    # a leaf belongs to its most common device; a tie has no owner (cannot tell)
-    owner: dict[str, str] = {}
+        rail, leaf = a["rail"], a["leaf_guid"]
+        if rail is None or leaf is None:
+            continue
+        placed_on.append(a)
+        c = on_leaf.get(leaf)
+        if c is None:
+            c = on_leaf[leaf] = Counter()
+        c[rail] += 1
+        n = names.get((leaf, rail))
+        if n is None:
+            n = names[(leaf, rail)] = Counter()
+        n[a["device"]] += 1
+    # a leaf belongs to its most common rail; a tie has no owner (cannot tell)
+    owner: dict[str, int] = {}
     for leaf, counts in on_leaf.items():
         top = counts.most_common(2)
         if len(top) == 1 or top[0][1] > top[1][1]:
             owner[leaf] = top[0][0]
-    leaves_of: dict[str, list[str]] = {}
-    for leaf, dev in owner.items():
-        leaves_of.setdefault(dev, []).append(leaf)
+    owner_name = {leaf: names[(leaf, r)].most_common(1)[0][0] for leaf, r in owner.items()}
+    leaves_of: dict[int, list[str]] = {}
+    for leaf, rail in owner.items():
+        leaves_of.setdefault(rail, []).append(leaf)
     for v in leaves_of.values():
         v.sort()
 
-    placed = aligned = 0
+    aligned = 0
     candidates: list[dict[str, Any]] = []
-    for a in adapters:
-        if not (a["role"] == "adapter" and a["device"] and a["node"] and a["leaf_guid"]):
-            continue
-        placed += 1
+    for a in placed_on:
         leaf_owner = owner.get(a["leaf_guid"])
         if leaf_owner is None:
-            continue  # a leaf split evenly between devices: belongs to no rail
-        if leaf_owner == a["device"]:
+            continue  # a leaf split evenly between rails: belongs to no rail
+        if leaf_owner == a["rail"]:
             aligned += 1
             continue
         candidates.append(
             {
                 "node": a["node"],
                 "device": a["device"],
+                "rail": a["rail"],
                 "adapter_guid": a["guid"],
                 "leaf_guid": a["leaf_guid"],
-                "leaf_carries": leaf_owner,
-                "expected_leaf_guids": leaves_of.get(a["device"], []),
+                "leaf_rail": leaf_owner,
+                "leaf_carries": owner_name[a["leaf_guid"]],
+                "expected_leaf_guids": leaves_of.get(a["rail"], []),
             }
         )
+    placed = len(placed_on)
     share = aligned / placed if placed else 1.0
     optimised = placed > 0 and share >= RAIL_OPTIMISED_SHARE
     return {
@@ -498,4 +544,5 @@ def _rails(adapters: list[dict[str, Any]]) -> dict[str, Any]:
         "aligned_share": round(share, 4),
         "misaligned": candidates if optimised else [],
         "leaf_rail": owner if optimised else {},
+        "leaf_rail_name": owner_name if optimised else {},
     }

@@ -87,6 +87,9 @@ class FatTree:
     #: spine index -> the rate its cables (up and down) are built for, where it
     #: differs from ``rate``: a fabric midway through a spine upgrade
     spine_rates: Mapping[int, str] = field(default_factory=dict)
+    #: (host, "mlx5_N") -> the node description the adapter reports instead of
+    #: "host mlx5_N" ("dgx-a12 HCA-1", "localhost mlx5_0", "HCA-3"); ibsim only
+    descriptions: Mapping[tuple[str, str], str] = field(default_factory=dict)
 
     @property
     def rails(self) -> int:

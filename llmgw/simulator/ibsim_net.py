@@ -40,8 +40,11 @@ def net_file(tree: FatTree) -> str:
         out.append("")
     for ad in c.adapters:
         [(_, leaf, rate)] = ports[ad.guid]
+        # ibsim keeps the quoted name as the node's id (cables name it) and
+        # reports the "# ..." after it as the node description
+        desc = tree.descriptions.get((ad.host, ad.device))
         out += [
-            f'Hca\t1 "{ad.name}"',
+            f'Hca\t1 "{ad.name}"' + (f'\t# "{desc}"' if desc else ""),
             f'[1]\t"{names[leaf.guid]}"[{leaf.port}]\t{ibsim_rate(rate)}',
             "",
         ]

@@ -40,6 +40,7 @@ def ibsim_tree(
     miswire: tuple[int, int, int] | None = (3, 1, 2),
     spine_rates: dict[int, str] | None = None,
     short_uplinks: dict[tuple[int, int], str] | None = None,
+    descriptions: dict[tuple[str, str], str] | None = None,
 ) -> FatTree:
     """The tree, all its nodes under one leaf per rail.
 
@@ -49,6 +50,7 @@ def ibsim_tree(
     given rail's leaf instead of its own. ``spine_rates``: spine index -> the
     rate its cables are built for (spines of two generations);
     ``short_uplinks``: (leaf index, spine index) -> rate, more short uplinks.
+    ``descriptions``: (node, device) -> the node description it reports.
     """
     hosts = numbered_hosts(adapters_per_node, name="node{:03d}", first=1)
     short: dict[tuple[str, str | int, str | int], str] = {}
@@ -77,6 +79,7 @@ def ibsim_tree(
         short=short,
         miswired=miswired,
         spine_rates=spine_rates or {},
+        descriptions=descriptions or {},
     )
 
 

@@ -66,3 +66,45 @@ def test_two_spine_generations_are_not_degraded(tmp_path: Path) -> None:
         assert _degraded(r) == want
         edr = [k for k in r["links"] if k["rate_text"] == "4xEDR"]
         assert len(edr) == 3 + 2  # leaf-spine03 and spine03-core
+
+
+def test_adapters_named_as_vendors_and_installers_name_them(tmp_path: Path) -> None:
+    names = {
+        1: lambda d: f"dgx-a12 HCA-{d + 1}",  # DGX OS: HCA-N, 1-based
+        2: lambda d: f"gpu-01 mlx5_{d}",
+        3: lambda d: f"localhost mlx5_{d}",  # set before the hostname was
+        4: lambda d: f"localhost mlx5_{d}",
+        5: lambda d: f"HCA-{d + 1}",  # no hostname at all
+    }
+    per_node = (4, 4, 3, 2, 4, 3)
+    descriptions = {
+        (f"node{n:03d}", f"mlx5_{d}"): name(d)
+        for n, name in names.items()
+        for d in range(per_node[n - 1])
+    }
+    tree = ibsim_tree(
+        adapters_per_node=per_node,
+        short_uplink=None,
+        short_adapter=None,
+        miswire=(4, 1, 2),  # the second "localhost"'s mlx5_1 on rail 2's leaf
+        descriptions=descriptions,
+    )
+    for text in _discover(tree, tmp_path, host="node006 mlx5_0"):
+        r = analyze(parse(text))
+        got = {a["description"]: (a["node"], a["device"], a["rail"]) for a in r["adapters"]}
+        assert got["dgx-a12 HCA-1"] == ("dgx-a12", "HCA-1", 0)
+        assert got["dgx-a12 HCA-4"] == ("dgx-a12", "HCA-4", 3)
+        assert got["gpu-01 mlx5_3"] == ("gpu-01", "mlx5_3", 3)
+        assert got["localhost mlx5_2"] == (None, "mlx5_2", 2)  # not one host "localhost"
+        assert got["HCA-3"] == (None, "HCA-3", 2)
+        assert got["node006 mlx5_2"] == ("node006", "mlx5_2", 2)
+        leaf = {s["guid"]: s["description"] for s in r["switches"]}
+        rail_of = {s["description"]: s["rail_index"] for s in r["switches"]}
+        assert [rail_of[f"leaf0{i}"] for i in range(4)] == [0, 1, 2, 3]
+        mis = [
+            (m["node"], m["device"], m["rail"], leaf[m["leaf_guid"]], m["leaf_rail"])
+            for m in r["rail_misalignment"]
+        ]
+        assert mis == [(None, "mlx5_1", 1, "leaf02", 2)]
+        assert [leaf[g] for g in r["rail_misalignment"][0]["expected_leaf_guids"]] == ["leaf01"]
+        assert r["summary"]["rail_optimised"] is True

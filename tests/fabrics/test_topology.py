@@ -69,7 +69,10 @@ def test_ndr_adapters(ndr: dict[str, Any]) -> None:
         None,
         "0x2c5eab0300b87b40",
     )
-    assert sum(1 for a in ndr["adapters"] if a["role"] == "adapter" and a["node"] is None) == 69
+    # 69 vendor defaults, and "localhost HCA-1/2/6": a placeholder names no node
+    assert sum(1 for a in ndr["adapters"] if a["role"] == "adapter" and a["node"] is None) == 72
+    lh = next(a for a in ndr["adapters"] if a["description"] == "localhost HCA-2")
+    assert (lh["node"], lh["device"], lh["rail"]) == (None, "HCA-2", 1)
 
 
 def test_ndr_links_and_rates(ndr: dict[str, Any]) -> None:
@@ -97,7 +100,9 @@ def test_ndr_rails(ndr: dict[str, Any]) -> None:
     desc = {s["guid"]: s["description"] for s in ndr["switches"]}
     swapped = got[("b08-p1-dgx-08-c01", "HCA-5")]
     assert "IBLEAF-04-08" in desc[swapped["leaf_guid"]] and swapped["leaf_carries"] == "HCA-6"
-    assert sorted("IBLEAF-03" in desc[g] for g in swapped["expected_leaf_guids"]) == [True] * 6
+    # rail 4: the DGXs' HCA-5 leaves and IBLEAF-03-04, where the other hosts' mlx5_4 are
+    assert sorted("IBLEAF-03" in desc[g] for g in swapped["expected_leaf_guids"]) == [True] * 7
+    assert (swapped["rail"], swapped["leaf_rail"]) == (4, 5)
     assert ndr["summary"]["rail_optimised"] is True
 
 
@@ -156,6 +161,10 @@ def test_ports_sample_analysis() -> None:
         ("MT4129 ConnectX7   Mellanox Technologies", (None, None)),
         ("Mellanox Technologies Aggregation Node", (None, None)),
         ("node01", ("node01", None)),
+        ("HCA-3", (None, "HCA-3")),
+        ("localhost mlx5_0", (None, "mlx5_0")),
+        ("dgx-a12 HCA-1", ("dgx-a12", "HCA-1")),
+        ("gpu-01 mlx5_4", ("gpu-01", "mlx5_4")),
         ("", (None, None)),
         ("some long free text", (None, None)),
     ],
