@@ -104,7 +104,8 @@ def cmd_fabric_test(api: Api, args: argparse.Namespace) -> str:
     headers = ["RAIL", "A ADAPTER", "B ADAPTER", "EXPECTED", "MEASURED", "GRADE"]
     lines = [f"{data['a']} (A, client) -> {data['b']} (B, server): ib_write_bw, "
              f"{data['duration_s']} s a rail, {data['size']} B messages", table(headers, rows)]  # fmt: skip
-    lines += [f"rail {r['rail']}: {r['detail']}" for r in data["rails"] if r["detail"]]
+    for r in data["rails"]:
+        lines += [f"rail {r['rail']}: {text}" for text in (r["detail"], r.get("note")) if text]
     if data["simulated"]:
         lines.append("simulated: these nodes are simulated and so are their numbers")
     return "\n".join(lines)

@@ -9,8 +9,10 @@ them. A name already taken by a real node is left alone.
 Each simulated node also opens the agent's command stream, with the agent's
 own client, and answers `ibnetdiscover` with its fabric's map
 (llmgw.simulator.fabrics), so the control plane maps simulated fabrics the
-way it maps real ones. Cables change live through `llmgw simulate-event`,
-which writes LLMGW_DATA_DIR/simulator/cables.json; it is read every beat.
+way it maps real ones, and the fabric test's requests with simulated
+numbers, marked so (llmgw.simulator.perftest). Cables change live through
+`llmgw simulate-event`, which writes LLMGW_DATA_DIR/simulator/cables.json;
+it is read every beat.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from llmgw_agent.stream import Handler, Stream
 
 from llmgw.inventory import services
 from llmgw.inventory.models import Node
-from llmgw.simulator import fabrics
+from llmgw.simulator import fabrics, perftest
 from llmgw.simulator.fleet import SimNode, make_fleet
 
 log = logging.getLogger("llmgw.simulate")
@@ -70,6 +72,7 @@ def handlers(sim: SimNode) -> dict[str, Handler]:
     out = {"ping": ping}
     if sim.ib is not None:
         out["ibnetdiscover"] = ibnetdiscover
+        out.update(perftest.handlers(sim))
     return out
 
 

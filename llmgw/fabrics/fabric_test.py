@@ -49,6 +49,8 @@ class Rail:
     measured_gbps: float | None = None
     grade: str = "failed"
     detail: str = ""
+    # Said beside the grade without stopping the run: ends reporting different rates.
+    note: str = ""
     simulated: bool = False
 
 
@@ -88,6 +90,11 @@ def pair(a: Node, b: Node) -> list[Rail]:
         rail = Rail(_rail_name(device), device, pa.port if pa else 1, device, pb.port if pb else 1)
         rates = [p.rate_gbps for p in (pa, pb) if p is not None and p.rate_gbps]
         rail.expected_gbps = min(rates) if pa and pb and len(rates) == 2 else None
+        if len(rates) == 2 and rates[0] != rates[1]:
+            rail.note = (
+                f"A's port reports {rates[0]:g} Gb/s, B's {rates[1]:g} Gb/s: "
+                "graded against the slower; is a cable trained below its rate?"
+            )
         for side, p in (("A", pa), ("B", pb)):
             if p is None:
                 rail.detail = f"no {device} on {side} ({(a if side == 'A' else b).name})"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmgw_agent.protocol import perftest
 from llmgw_agent.protocol.build import build_heartbeat, build_registration, features_for
 from llmgw_agent.protocol.messages import Heartbeat, Registration
 
@@ -158,7 +159,9 @@ class SimNode:
 
     def commands(self) -> list[str]:
         """What its stream answers (see llmgw.cli.simulate)."""
-        return ["command:ibnetdiscover", "command:ping"] if self.ib else ["command:ping"]
+        if self.ib is None:
+            return ["command:ping"]
+        return ["command:ibnetdiscover", "command:ping", *perftest.FEATURES]
 
     def registration(self, interval_s: float) -> Registration:
         s = self.shape
