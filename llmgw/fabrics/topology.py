@@ -37,7 +37,10 @@ JSON-ready dict (see :func:`analyze`). Every step is linear in nodes + links.
   are on; an adapter on a leaf that belongs to another rail is misaligned. A
   fabric where fewer than :data:`RAIL_OPTIMISED_SHARE` of adapters sit on a
   leaf of their own device is not rail-optimised (e.g. one leaf per rack), and
-  then nothing is reported as misaligned.
+  then nothing is reported as misaligned. A storage or management leaf is no
+  rail: one named so, or one where most adapters belong to hosts with no
+  adapter on another leaf (a rail leaf's hosts each spread over the rails).
+  Its adapters are left out of the rail checks.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ _VENDOR_DEFAULT = re.compile(
 
 # names a device has on its own: the kernel's (mlx5_0) and DGX OS's (HCA-1)
 _ADAPTER_NAME = re.compile(r"(?i)(?:mlx\d+_(\d+)|(hca)[-_]?(\d+))\Z")
+# a leaf named for storage or management is not a rail, whatever its hosts
+_NOT_RAIL = re.compile(r"(?i)stor|mgmt|manage|\bufm\b")
 _PLACEHOLDER_HOST = frozenset(("localhost", "localhost.localdomain", "(none)"))
 
 
@@ -143,7 +148,7 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
         by_kind.setdefault(group[0], Counter()).update(counts)
     kind_rate = _expected_rates(by_kind)
     adapters = _adapters(nodes, role, ports_of, rate_info)
-    rails = _rails(adapters)
+    rails = _rails(adapters, _rail_leaves(adapters, nodes))
     switch_rows = _switch_rows(
         fabric, switches, tier, hops, adapters, rails["leaf_rail"], rails["leaf_rail_name"]
     )
@@ -484,14 +489,39 @@ def _switch_rows(
     return switch_rows
 
 
-def _rails(adapters: list[dict[str, Any]]) -> dict[str, Any]:
+def _rail_leaves(adapters: list[dict[str, Any]], nodes: dict[str, Node]) -> set[str]:
+    """The leaves that may be rails (see the module docstring)."""
+    leaves_of_host: dict[str, set[str]] = {}
+    for a in adapters:
+        if a["node"] is not None and a["leaf_guid"] is not None:
+            leaves_of_host.setdefault(a["node"], set()).add(a["leaf_guid"])
+    spread: Counter[str] = Counter()
+    alone: Counter[str] = Counter()
+    for a in adapters:
+        leaf = a["leaf_guid"]
+        if a["rail"] is None or leaf is None or a["node"] is None:
+            continue
+        if len(leaves_of_host[a["node"]]) > 1:
+            spread[leaf] += 1
+        else:
+            alone[leaf] += 1
+    return {
+        leaf
+        for leaf in {a["leaf_guid"] for a in adapters if a["rail"] is not None}
+        if leaf is not None
+        and spread[leaf] >= alone[leaf]
+        and not _NOT_RAIL.search(nodes[leaf].description)
+    }
+
+
+def _rails(adapters: list[dict[str, Any]], rail_leaves: set[str]) -> dict[str, Any]:
     """Which leaf carries which rail, and which adapters sit on another's leaf."""
     on_leaf: dict[str, Counter[int]] = {}
     names: dict[tuple[str, int], Counter[str]] = {}
     placed_on: list[dict[str, Any]] = []
     for a in adapters:
         rail, leaf = a["rail"], a["leaf_guid"]
-        if rail is None or leaf is None:
+        if rail is None or leaf not in rail_leaves:
             continue
         placed_on.append(a)
         c = on_leaf.get(leaf)

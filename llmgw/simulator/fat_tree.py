@@ -90,6 +90,10 @@ class FatTree:
     #: (host, "mlx5_N") -> the node description the adapter reports instead of
     #: "host mlx5_N" ("dgx-a12 HCA-1", "localhost mlx5_0", "HCA-3"); ibsim only
     descriptions: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    #: hosts on one more leaf, after the rails' and cabled up like them: a
+    #: storage or management leaf; every adapter of these hosts is on it
+    storage_hosts: tuple[Host, ...] = ()
+    storage_leaf: str = "storage01"
 
     @property
     def rails(self) -> int:
@@ -100,10 +104,14 @@ class FatTree:
         return (len(self.hosts) + self.hosts_per_leaf - 1) // self.hosts_per_leaf
 
     def leaves(self) -> list[tuple[int, int]]:
+        """(rail, group) of each leaf; the storage leaf, if any, is (-1, 0)."""
         rails = self.rails if self.rail_optimised else 1
-        return [(r, g) for r in range(rails) for g in range(self.groups)]
+        storage = [(-1, 0)] if self.storage_hosts else []
+        return [(r, g) for r in range(rails) for g in range(self.groups)] + storage
 
     def leaf_name(self, leaf: tuple[int, int]) -> str:
+        if leaf[0] < 0:
+            return self.storage_leaf
         return self.names.leaf.format(fabric=self.name, rail=leaf[0], group=leaf[1])
 
     def leaf_of(self, host_index: int, device: str) -> tuple[int, int]:
@@ -249,10 +257,10 @@ def _adapter_cables(
     lid = tree.switch_count()
     adapters: list[Adapter] = []
     cables: list[Cable] = []
-    for i, host in enumerate(tree.hosts):
+    for i, host in enumerate(tree.hosts + tree.storage_hosts):
         for r in range(host.adapters):
             device = f"mlx5_{r}"
-            li = leaf_index[tree.leaf_of(i, device)]
+            li = leaf_index[tree.leaf_of(i, device) if i < len(tree.hosts) else (-1, 0)]
             guid = host.adapter_guid(r)
             lid += 1
             adapters.append(Adapter(host.name, device, guid, lid))

@@ -41,6 +41,8 @@ def ibsim_tree(
     spine_rates: dict[int, str] | None = None,
     short_uplinks: dict[tuple[int, int], str] | None = None,
     descriptions: dict[tuple[str, str], str] | None = None,
+    storage: tuple[int, ...] = (),
+    storage_leaf: str = "storage01",
 ) -> FatTree:
     """The tree, all its nodes under one leaf per rail.
 
@@ -51,6 +53,7 @@ def ibsim_tree(
     rate its cables are built for (spines of two generations);
     ``short_uplinks``: (leaf index, spine index) -> rate, more short uplinks.
     ``descriptions``: (node, device) -> the node description it reports.
+    ``storage``: adapters of each host ``storNN`` on one more leaf, ``storage_leaf``.
     """
     hosts = numbered_hosts(adapters_per_node, name="node{:03d}", first=1)
     short: dict[tuple[str, str | int, str | int], str] = {}
@@ -80,6 +83,8 @@ def ibsim_tree(
         miswired=miswired,
         spine_rates=spine_rates or {},
         descriptions=descriptions or {},
+        storage_hosts=numbered_hosts(storage, guid=0xE09D730400000000, name="stor{:02d}", first=1),
+        storage_leaf=storage_leaf,
     )
 
 

@@ -108,3 +108,26 @@ def test_adapters_named_as_vendors_and_installers_name_them(tmp_path: Path) -> N
         assert mis == [(None, "mlx5_1", 1, "leaf02", 2)]
         assert [leaf[g] for g in r["rail_misalignment"][0]["expected_leaf_guids"]] == ["leaf01"]
         assert r["summary"]["rail_optimised"] is True
+
+
+@pytest.mark.parametrize("leaf_name", ["leaf04", "mgmt-sw01"])
+def test_a_storage_leaf_raises_no_rail_warnings(tmp_path: Path, leaf_name: str) -> None:
+    # stor01 has two adapters, stor02 and stor03 one: the leaf is mostly mlx5_0s,
+    # but it is no second rail-0 leaf, and stor01's mlx5_1 is not misplaced
+    tree = ibsim_tree(
+        short_uplink=None,
+        short_adapter=None,
+        storage=(2, 1, 1),
+        storage_leaf=leaf_name,
+    )
+    for text in _discover(tree, tmp_path):
+        r = analyze(parse(text))
+        leaf = {s["guid"]: s["description"] for s in r["switches"]}
+        tiers = {s["description"]: (s["tier"], s["rail_index"]) for s in r["switches"]}
+        assert tiers[leaf_name] == ("leaf", None)
+        assert [tiers[f"leaf0{i}"] for i in range(4)] == [("leaf", i) for i in range(4)]
+        mis = [(m["node"], m["device"], leaf[m["leaf_guid"]]) for m in r["rail_misalignment"]]
+        assert mis == [("node003", "mlx5_1", "leaf02")]  # the one real miswiring
+        stor = [a for a in r["adapters"] if (a["node"] or "").startswith("stor")]
+        assert len(stor) == 4 and {leaf[a["leaf_guid"]] for a in stor} == {leaf_name}
+        assert r["summary"]["rail_aligned_share"] == round(19 / 20, 4)
