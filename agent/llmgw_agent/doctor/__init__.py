@@ -60,7 +60,7 @@ def run_checks(f: Facts) -> list[Check]:
         imex(f.gpus, f.imex),
         engines(f.engines, f.engines_why),
         room(f.filesystems, f.held, sorted({m for m in wanted if m not in held_names})),
-        clock_skew(cp.offset_s, _record_error(cp) or cp.said),
+        clock_skew(cp.offset_s, _record_error(cp) or cp.said, cp.rtt_s),
         credential(cp.status, f.node, cp.said, cp.have_credential),
     ]
 

@@ -126,11 +126,12 @@ def room(
     return Check(name, worst(results), "; ".join(parts), "; ".join(actions))
 
 
-def clock_skew(offset_s: float | None, why: str = "") -> Check:
+def clock_skew(offset_s: float | None, why: str = "", rtt_s: float = 0.0) -> Check:
+    """`offset_s`: the control plane's clock minus this node's, measured over `rtt_s`."""
     name = "clock skew"
     if offset_s is None:
         return Check(name, UNKNOWN, f"could not ask the control plane: {why}")
-    seen = f"{offset_s:+.1f} s against the control plane"
+    seen = f"{offset_s:+.1f} s against the control plane (±{rtt_s / 2:.2f} s)"
     todo = "sync the clock: timedatectl status; chronyc tracking (or systemctl restart chronyd)"
     if abs(offset_s) > SKEW_FAIL_S:
         return Check(name, FAIL, seen, todo)
