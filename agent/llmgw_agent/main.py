@@ -281,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.doctor:
         from .doctor import print_report
 
-        return print_report(roots_for(config))
+        return print_report(roots_for(config), config)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
