@@ -32,6 +32,8 @@ JSON-ready dict (see :func:`analyze`). Every step is linear in nodes + links.
   adapter's is its model. So in a fabric midway through a spine upgrade the
   old spines' cables are judged against the old rate and the new spines'
   against the new one, not against one rate for the whole tier.
+* **Problems.** Leaf-to-leaf cables and down uplinks, each with its
+  switches and ports (:mod:`llmgw.fabrics.miscabling`).
 * **Rails.** In a rail-optimised fabric every node's rail N goes to the
   leaf (group) of rail N. A leaf belongs to the rail most of its adapters
   are on; an adapter on a leaf that belongs to another rail is misaligned. A
@@ -45,11 +47,13 @@ JSON-ready dict (see :func:`analyze`). Every step is linear in nodes + links.
 
 from __future__ import annotations
 
-import re
 from collections import Counter, deque
 from typing import Any
 
 from .ibnetdiscover import Fabric, Link, Node, Rate, gc_paused
+from .miscabling import problems
+from .rails import device_number, device_rail, rail_leaves, rails_of
+from .rails import split_description as split_description
 
 TIER_RANK = {
     "adapter": 0,
@@ -60,56 +64,6 @@ TIER_RANK = {
     "core": 3,
     "unknown": 4,
 }
-RAIL_OPTIMISED_SHARE = 0.75
-
-_DEVICE = re.compile(r"[A-Za-z][A-Za-z0-9]*?(?:[_-]?)(\d+)\Z")
-_VENDOR_DEFAULT = re.compile(
-    r"(?i)mellanox technologies|nvidia technologies|aggregation node|\AMT\d{4,}\b|\bconnectx"
-)
-
-
-# names a device has on its own: the kernel's (mlx5_0) and DGX OS's (HCA-1)
-_ADAPTER_NAME = re.compile(r"(?i)(?:mlx\d+_(\d+)|(hca)[-_]?(\d+))\Z")
-# a leaf named for storage or management is not a rail, whatever its hosts
-_NOT_RAIL = re.compile(r"(?i)stor|mgmt|manage|\bufm\b")
-_PLACEHOLDER_HOST = frozenset(("localhost", "localhost.localdomain", "(none)"))
-
-
-def split_description(desc: str) -> tuple[str | None, str | None]:
-    """``"host mlx5_3"`` -> ``("host", "mlx5_3")``; vendor defaults -> ``(None, None)``;
-    ``"HCA-3"`` -> ``(None, "HCA-3")``; ``"localhost mlx5_0"`` -> ``(None, "mlx5_0")``."""
-    desc = desc.strip()
-    if not desc or _VENDOR_DEFAULT.search(desc):
-        return None, None
-    parts = desc.split()
-    if len(parts) == 1:
-        if _ADAPTER_NAME.match(parts[0]):
-            return None, parts[0]
-        return (None if parts[0].lower() in _PLACEHOLDER_HOST else parts[0]), None
-    if len(parts) == 2 and _DEVICE.match(parts[1]):
-        host = None if parts[0].lower() in _PLACEHOLDER_HOST else parts[0]
-        return host, parts[1]
-    return None, None
-
-
-def device_number(device: str | None) -> int | None:
-    if device is None:
-        return None
-    m = _DEVICE.match(device)
-    return int(m.group(1)) if m else None
-
-
-def device_rail(device: str | None) -> int | None:
-    """The rail a device name says: ``mlx5_N`` -> N, ``HCA-N`` -> N-1 (see the
-    module docstring); other names by their number."""
-    if device is None:
-        return None
-    m = _ADAPTER_NAME.match(device)
-    if m is None:
-        return device_number(device)
-    if m.group(2) is not None:
-        return int(m.group(3)) - 1
-    return int(m.group(1))
 
 
 def _num(x: float | None) -> int | float | None:
@@ -148,10 +102,11 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
         by_kind.setdefault(group[0], Counter()).update(counts)
     kind_rate = _expected_rates(by_kind)
     adapters = _adapters(nodes, role, ports_of, rate_info)
-    rails = _rails(adapters, _rail_leaves(adapters, nodes))
+    rails = rails_of(adapters, rail_leaves(adapters, nodes))
     switch_rows = _switch_rows(
         fabric, switches, tier, hops, adapters, rails["leaf_rail"], rails["leaf_rail_name"]
     )
+    found = problems(fabric, tier)
     tiers = Counter(tier.values())
     roles = Counter(role.values())
     return {
@@ -172,6 +127,7 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
             "rail_optimised": rails["optimised"],
             "rail_aligned_share": rails["aligned_share"],
             "misaligned_rails": len(rails["misaligned"]),
+            "problems": len(found),
         },
         # the rate most cables of each kind run at: what the map shows per kind;
         # a cable is judged against its own generation's (see _generations)
@@ -185,6 +141,8 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
         "degraded_links": degraded,
         "rail_misalignment": rails["misaligned"],
         "warnings": list(fabric.warnings),
+        # cabling that is wrong in itself: leaf-to-leaf cables, down uplinks
+        "problems": found,
     }
 
 
@@ -487,92 +445,3 @@ def _switch_rows(
     ]
     switch_rows.sort(key=lambda s: (TIER_RANK[s["tier"]], s["description"], s["guid"]))
     return switch_rows
-
-
-def _rail_leaves(adapters: list[dict[str, Any]], nodes: dict[str, Node]) -> set[str]:
-    """The leaves that may be rails (see the module docstring)."""
-    leaves_of_host: dict[str, set[str]] = {}
-    for a in adapters:
-        if a["node"] is not None and a["leaf_guid"] is not None:
-            leaves_of_host.setdefault(a["node"], set()).add(a["leaf_guid"])
-    spread: Counter[str] = Counter()
-    alone: Counter[str] = Counter()
-    for a in adapters:
-        leaf = a["leaf_guid"]
-        if a["rail"] is None or leaf is None or a["node"] is None:
-            continue
-        if len(leaves_of_host[a["node"]]) > 1:
-            spread[leaf] += 1
-        else:
-            alone[leaf] += 1
-    return {
-        leaf
-        for leaf in {a["leaf_guid"] for a in adapters if a["rail"] is not None}
-        if leaf is not None
-        and spread[leaf] >= alone[leaf]
-        and not _NOT_RAIL.search(nodes[leaf].description)
-    }
-
-
-def _rails(adapters: list[dict[str, Any]], rail_leaves: set[str]) -> dict[str, Any]:
-    """Which leaf carries which rail, and which adapters sit on another's leaf."""
-    on_leaf: dict[str, Counter[int]] = {}
-    names: dict[tuple[str, int], Counter[str]] = {}
-    placed_on: list[dict[str, Any]] = []
-    for a in adapters:
-        rail, leaf = a["rail"], a["leaf_guid"]
-        if rail is None or leaf not in rail_leaves:
-            continue
-        placed_on.append(a)
-        c = on_leaf.get(leaf)
-        if c is None:
-            c = on_leaf[leaf] = Counter()
-        c[rail] += 1
-        n = names.get((leaf, rail))
-        if n is None:
-            n = names[(leaf, rail)] = Counter()
-        n[a["device"]] += 1
-    # a leaf belongs to its most common rail; a tie has no owner (cannot tell)
-    owner: dict[str, int] = {}
-    for leaf, counts in on_leaf.items():
-        top = counts.most_common(2)
-        if len(top) == 1 or top[0][1] > top[1][1]:
-            owner[leaf] = top[0][0]
-    owner_name = {leaf: names[(leaf, r)].most_common(1)[0][0] for leaf, r in owner.items()}
-    leaves_of: dict[int, list[str]] = {}
-    for leaf, rail in owner.items():
-        leaves_of.setdefault(rail, []).append(leaf)
-    for v in leaves_of.values():
-        v.sort()
-
-    aligned = 0
-    candidates: list[dict[str, Any]] = []
-    for a in placed_on:
-        leaf_owner = owner.get(a["leaf_guid"])
-        if leaf_owner is None:
-            continue  # a leaf split evenly between rails: belongs to no rail
-        if leaf_owner == a["rail"]:
-            aligned += 1
-            continue
-        candidates.append(
-            {
-                "node": a["node"],
-                "device": a["device"],
-                "rail": a["rail"],
-                "adapter_guid": a["guid"],
-                "leaf_guid": a["leaf_guid"],
-                "leaf_rail": leaf_owner,
-                "leaf_carries": owner_name[a["leaf_guid"]],
-                "expected_leaf_guids": leaves_of.get(a["rail"], []),
-            }
-        )
-    placed = len(placed_on)
-    share = aligned / placed if placed else 1.0
-    optimised = placed > 0 and share >= RAIL_OPTIMISED_SHARE
-    return {
-        "optimised": optimised,
-        "aligned_share": round(share, 4),
-        "misaligned": candidates if optimised else [],
-        "leaf_rail": owner if optimised else {},
-        "leaf_rail_name": owner_name if optimised else {},
-    }

@@ -94,6 +94,12 @@ class FatTree:
     #: storage or management leaf; every adapter of these hosts is on it
     storage_hosts: tuple[Host, ...] = ()
     storage_leaf: str = "storage01"
+    #: (leaf index, leaf index): a cable between two leaves, on ports after the
+    #: uplinks; the miscabling a fat tree must not have
+    leaf_links: tuple[tuple[int, int], ...] = ()
+    #: (leaf index, spine): the first cable between them is not there (its
+    #: ports are down)
+    pulled_uplinks: frozenset[tuple[int, int]] = frozenset()
 
     @property
     def rails(self) -> int:
@@ -209,18 +215,31 @@ def cabling(tree: FatTree) -> Cabling:
     adapters, cables, down_used = _adapter_cables(tree, leaves)
     reserved = tree.switch_ports // 2 if tree.leaf_down_ports is None else tree.leaf_down_ports
     uplink0 = max(down_used, reserved) + 1
-    switches = _switches(tree, leaves, uplink0)
+    extra = [0] * len(leaves)
+    for pair in tree.leaf_links:
+        for li in pair:
+            extra[li] += 1
+    switches = _switches(tree, leaves, uplink0 + max(extra, default=0))
     tier = {t: [s.guid for s in switches if s.tier == t] for t in ("leaf", "spine", "core")}
     u = tree.uplinks
     for li, lg in enumerate(tier["leaf"]):
         for s, spg in enumerate(tier["spine"]):
             for k in range(u):
+                if k == 0 and (li, s) in tree.pulled_uplinks:
+                    continue
                 rate = tree.uplink_rate(li, s) if k == 0 else tree.spine_rate(s)
                 cables.append(Cable(End(lg, uplink0 + s * u + k), End(spg, 1 + li * u + k), rate))
     for s, spg in enumerate(tier["spine"]):
         for c, cg in enumerate(tier["core"]):
             rate = tree.spine_rate(s)
             cables.append(Cable(End(spg, len(leaves) * u + 1 + c), End(cg, 1 + s), rate))
+    next_port = [uplink0 + tree.spines * u] * len(leaves)
+    for la, lb in tree.leaf_links:
+        ends = []
+        for li in (la, lb):
+            ends.append(End(tier["leaf"][li], next_port[li]))
+            next_port[li] += 1
+        cables.append(Cable(ends[0], ends[1], tree.rate))
     return Cabling(switches, adapters, cables)
 
 

@@ -43,6 +43,8 @@ def ibsim_tree(
     descriptions: dict[tuple[str, str], str] | None = None,
     storage: tuple[int, ...] = (),
     storage_leaf: str = "storage01",
+    leaf_links: tuple[tuple[int, int], ...] = (),
+    pulled_uplinks: tuple[tuple[int, int], ...] = (),
 ) -> FatTree:
     """The tree, all its nodes under one leaf per rail.
 
@@ -54,6 +56,7 @@ def ibsim_tree(
     ``short_uplinks``: (leaf index, spine index) -> rate, more short uplinks.
     ``descriptions``: (node, device) -> the node description it reports.
     ``storage``: adapters of each host ``storNN`` on one more leaf, ``storage_leaf``.
+    ``leaf_links``: (leaf, leaf) cables; ``pulled_uplinks``: (leaf, spine) cables left out.
     """
     hosts = numbered_hosts(adapters_per_node, name="node{:03d}", first=1)
     short: dict[tuple[str, str | int, str | int], str] = {}
@@ -85,6 +88,8 @@ def ibsim_tree(
         descriptions=descriptions or {},
         storage_hosts=numbered_hosts(storage, guid=0xE09D730400000000, name="stor{:02d}", first=1),
         storage_leaf=storage_leaf,
+        leaf_links=leaf_links,
+        pulled_uplinks=frozenset(pulled_uplinks),
     )
 
 

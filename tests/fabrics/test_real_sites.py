@@ -131,3 +131,35 @@ def test_a_storage_leaf_raises_no_rail_warnings(tmp_path: Path, leaf_name: str) 
         stor = [a for a in r["adapters"] if (a["node"] or "").startswith("stor")]
         assert len(stor) == 4 and {leaf[a["leaf_guid"]] for a in stor} == {leaf_name}
         assert r["summary"]["rail_aligned_share"] == round(19 / 20, 4)
+
+
+def test_leaf_to_leaf_cable_and_a_down_uplink_are_problems(tmp_path: Path) -> None:
+    tree = ibsim_tree(
+        spines=3,
+        uplinks=2,
+        short_uplink=None,
+        short_adapter=None,
+        miswire=None,
+        leaf_links=((0, 3),),  # leaf00 port 13 - leaf03 port 13
+        pulled_uplinks=((2, 1),),  # leaf02 port 9 - spine02 port 5: down
+    )
+    for text in _discover(tree, tmp_path):
+        r = analyze(parse(text))
+        got = {
+            (p["code"], p["a"]["description"], p["a"]["port"], p["b"]["description"])
+            + (p["b"]["port"],)
+            for p in r["problems"]
+        }
+        assert got == {
+            ("leaf-to-leaf", "leaf00", 13, "leaf03", 13),
+            ("port-down", "leaf02", 9, "spine02", 5),
+        }
+        assert all(p["message"] for p in r["problems"])
+        assert r["summary"]["problems"] == 2
+        assert r["degraded_links"] == [] and r["rail_misalignment"] == []
+
+
+def test_healthy_fabric_has_no_problems(tmp_path: Path) -> None:
+    tree = ibsim_tree(spines=3, uplinks=2, short_uplink=None, short_adapter=None, miswire=None)
+    for text in _discover(tree, tmp_path):
+        assert analyze(parse(text))["problems"] == []

@@ -85,6 +85,18 @@ def test_ndr_links_and_rates(ndr: dict[str, Any]) -> None:
     assert ndr["expected_rates"]["leaf-spine"] == {"rate": 400, "rate_text": "4xNDR"}
 
 
+def test_ndr_down_uplinks(ndr: dict[str, Any]) -> None:
+    # 31 leaves cabled twice to each of 9 spines would be 558 cables; the real
+    # fabric has 532 up: each missing one is a down port on its leaf
+    assert 31 * 9 * 2 - 532 == 26
+    down = [p for p in ndr["problems"] if p["code"] == "port-down"]
+    assert len(down) == len(ndr["problems"]) == ndr["summary"]["problems"] == 26
+    assert all("IBLEAF" in p["a"]["description"] for p in down)
+    assert all("IBSPINE" in p["b"]["description"] for p in down)
+    ends = [(p["a"]["guid"], p["a"]["port"]) for p in down]
+    assert None not in {port for _, port in ends} and len(set(ends)) == 26
+
+
 def test_ndr_rails(ndr: dict[str, Any]) -> None:
     # found in the real fabric: one DGX with HCA-5/HCA-6 swapped, and two hosts
     # ("B11-P1-CUFM-02", "ubuntu") whose mlx5_0/mlx5_1 sit on rails 3 and 4's leaves
