@@ -59,6 +59,7 @@ TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/api/v1/models/{name}/resources/"): ADMIN,
     ("GET", "/api/v1/fabrics"): READ,
     ("GET", "/api/v1/fabrics/{id}/topology"): READ,
+    ("POST", "/api/v1/fabrics/test"): OPERATE,
     ("GET", "/api/v1/nvlink"): READ,
     ("GET", "/api/v1/keys/"): READ,
     ("POST", "/api/v1/keys/"): OPERATE,
