@@ -33,15 +33,15 @@ def problems(fabric: Fabric, tier: dict[str, str]) -> list[dict[str, Any]]:
     """Leaf-to-leaf cables and down uplinks, in that order."""
     nodes = fabric.nodes
     found: list[dict[str, Any]] = []
-    used: set[tuple[str, int]] = set()
     below: dict[str, _Pairs] = {"leaf": {}, "spine": {}}
     upper = {"leaf": "spine", "spine": "core"}
     for link in fabric.links:
         a, b = link.a, link.b
-        used.add((a.guid, a.port))
-        used.add((b.guid, b.port))
-        ta, tb = tier.get(a.guid), tier.get(b.guid)
-        if ta is None or tb is None:
+        ta = tier.get(a.guid)
+        if ta is None:
+            continue
+        tb = tier.get(b.guid)
+        if tb is None:
             continue
         if ta == tb == "leaf" and a.guid != b.guid:
             lo, hi = sorted((a, b), key=lambda e: (nodes[e.guid].description, e.guid))
@@ -50,9 +50,19 @@ def problems(fabric: Fabric, tier: dict[str, str]) -> list[dict[str, Any]]:
             below[ta].setdefault((a.guid, b.guid), []).append((a.port, b.port))
         elif upper.get(tb) == ta:
             below[tb].setdefault((b.guid, a.guid), []).append((b.port, a.port))
+    used: set[tuple[str, int]] = set()
     for pairs in below.values():
-        found += _missing(nodes, pairs, used)
+        found += _missing(fabric, pairs, used)
     return found
+
+
+def _used_ports(fabric: Fabric, used: set[tuple[str, int]]) -> set[tuple[str, int]]:
+    """Every cabled (GUID, port); built only once a cable is found missing."""
+    if not used:
+        for link in fabric.links:
+            used.add((link.a.guid, link.a.port))
+            used.add((link.b.guid, link.b.port))
+    return used
 
 
 def _problem(
@@ -96,9 +106,8 @@ def _groups(pairs: _Pairs) -> dict[str, int]:
     return {lo: roots.setdefault(find(lo), len(roots)) for lo, _ in pairs}
 
 
-def _missing(
-    nodes: dict[str, Node], pairs: _Pairs, used: set[tuple[str, int]]
-) -> list[dict[str, Any]]:
+def _missing(fabric: Fabric, pairs: _Pairs, used: set[tuple[str, int]]) -> list[dict[str, Any]]:
+    nodes = fabric.nodes
     group = _groups(pairs)
     members: dict[int, list[str]] = {}
     for lo in sorted(group):
@@ -118,6 +127,7 @@ def _missing(
         short = [lo for lo in lows if len(cabled.get(lo, ())) < len(expect)]
         if not short:
             continue
+        used = _used_ports(fabric, used)
         hi_ports = sorted(p for ports in cabled.values() for _, p in ports)
         gaps = [p for p in range(hi_ports[0], hi_ports[-1] + 1) if (hi, p) not in used]
         for lo in short:

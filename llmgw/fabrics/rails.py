@@ -65,27 +65,33 @@ def device_rail(device: str | None) -> int | None:
 
 
 def rail_leaves(adapters: list[dict[str, Any]], nodes: dict[str, Node]) -> set[str]:
-    """The leaves that may be rails (see the module docstring)."""
+    """The leaves that may be rails (see :mod:`llmgw.fabrics.topology`)."""
+    placed: list[tuple[str | None, str]] = []
     leaves_of_host: dict[str, set[str]] = {}
     for a in adapters:
-        if a["node"] is not None and a["leaf_guid"] is not None:
-            leaves_of_host.setdefault(a["node"], set()).add(a["leaf_guid"])
-    spread: Counter[str] = Counter()
-    alone: Counter[str] = Counter()
-    for a in adapters:
         leaf = a["leaf_guid"]
-        if a["rail"] is None or leaf is None or a["node"] is None:
+        if leaf is None or a["rail"] is None:
             continue
-        if len(leaves_of_host[a["node"]]) > 1:
+        host = a["node"]
+        placed.append((host, leaf))
+        if host is not None:
+            on = leaves_of_host.get(host)
+            if on is None:
+                on = leaves_of_host[host] = set()
+            on.add(leaf)
+    # per leaf: adapters of hosts on other leaves too, minus those only here
+    spread: Counter[str] = Counter()
+    for host, leaf in placed:
+        if host is None:
+            spread[leaf] += 0
+        elif len(leaves_of_host[host]) > 1:
             spread[leaf] += 1
         else:
-            alone[leaf] += 1
+            spread[leaf] -= 1
     return {
         leaf
-        for leaf in {a["leaf_guid"] for a in adapters if a["rail"] is not None}
-        if leaf is not None
-        and spread[leaf] >= alone[leaf]
-        and not _NOT_RAIL.search(nodes[leaf].description)
+        for leaf, n in spread.items()
+        if n >= 0 and not _NOT_RAIL.search(nodes[leaf].description)
     }
 
 

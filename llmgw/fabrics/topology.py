@@ -230,13 +230,14 @@ def _rate_info(links: list[Link]) -> _RateInfo:
 
 
 # what a cable is judged against: its kind and both ends' generations
-_Group = tuple[str, tuple[Any, ...], tuple[Any, ...]]
+_Group = tuple[str, int, int]
 
 
-def _generations(fabric: Fabric, rate_info: _RateInfo) -> dict[str, tuple[Any, ...]]:
-    """Each switch's generation: its model and the fastest rate any of its
-    cables runs at. Only a switch whose every cable trained short is misread
-    (its cables then look like an older generation's)."""
+def _generations(fabric: Fabric, rate_info: _RateInfo) -> dict[str, int]:
+    """Each node's generation, numbered: a switch's is its model and the
+    fastest rate any of its cables runs at (only a switch whose every cable
+    trained short is misread: its cables then look like an older
+    generation's); an adapter's, its model."""
     nodes = fabric.nodes
     fastest: dict[str, int | float] = {}
     for link in fabric.links:
@@ -246,7 +247,15 @@ def _generations(fabric: Fabric, rate_info: _RateInfo) -> dict[str, tuple[Any, .
         for g in (link.a.guid, link.b.guid):
             if gbps > fastest.get(g, 0):
                 fastest[g] = gbps
-    return {n.guid: (n.devid, fastest.get(n.guid)) for n in nodes.values() if n.kind == "switch"}
+    ids: dict[tuple[Any, ...], int] = {}
+    gen: dict[str, int] = {}
+    for n in nodes.values():
+        key = (n.devid, fastest.get(n.guid)) if n.kind == "switch" else (n.devid,)
+        i = ids.get(key)
+        if i is None:
+            i = ids[key] = len(ids)
+        gen[n.guid] = i
+    return gen
 
 
 def _link_rows(
@@ -254,7 +263,7 @@ def _link_rows(
     tier: dict[str, str],
     role: dict[str, str],
     rate_info: _RateInfo,
-    gen: dict[str, tuple[Any, ...]],
+    gen: dict[str, int],
 ) -> tuple[
     list[dict[str, Any]],
     list[_Group],
@@ -279,7 +288,7 @@ def _link_rows(
         ta = tier.get(ea.guid) or role[ea.guid]
         tb = tier.get(eb.guid) or role[eb.guid]
         kind = f"{ta}-{tb}"
-        group = (kind, gen.get(ea.guid) or (na.devid,), gen.get(eb.guid) or (nb.devid,))
+        group = (kind, gen[ea.guid], gen[eb.guid])
         gbps, text = rate_info[link.rate]
         link_rows.append(
             {
