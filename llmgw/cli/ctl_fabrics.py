@@ -126,7 +126,7 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("a", help="the node running the client")
     p.add_argument("b", help="the node running the server")
-    p.add_argument("--duration", type=int, default=5, help="seconds a rail (1-60)")
+    p.add_argument("--duration", type=int, default=5, help="seconds a rail (1-20)")
     p.add_argument("--size", type=int, default=65536, help="message size in bytes")
     p.add_argument("--wait", type=float, default=900.0, help="seconds to wait for all rails")
     p.add_argument("--json", action="store_true")

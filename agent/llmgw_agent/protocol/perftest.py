@@ -26,7 +26,8 @@ IbPort = Annotated[int, Meta(ge=1, le=255)]
 TcpPort = Annotated[int, Meta(ge=1024, le=65535)]
 # An IPv4/IPv6 address or a host name: ib_write_bw's TCP exchange runs to it.
 Host = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.:-]{1,253}$")]
-DurationS = Annotated[int, Meta(ge=1, le=60)]
+# The agent's command runner stops any command after 30 s: a run plus its setup fits.
+DurationS = Annotated[int, Meta(ge=1, le=20)]
 SizeBytes = Annotated[int, Meta(ge=1, le=1 << 30)]
 Gbps = Annotated[float, Meta(ge=0, le=100_000)]
 GidIndex = Annotated[int, Meta(ge=0, le=1023)]

@@ -51,7 +51,7 @@ class TopologyView(APIView):
 class FabricTestRequest(serializers.Serializer):
     a = serializers.CharField(max_length=253)
     b = serializers.CharField(max_length=253)
-    duration_s = serializers.IntegerField(min_value=1, max_value=60, default=5)
+    duration_s = serializers.IntegerField(min_value=1, max_value=20, default=5)
     size = serializers.IntegerField(min_value=1, max_value=1 << 30, default=65536)
 
 
