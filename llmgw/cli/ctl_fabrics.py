@@ -11,6 +11,13 @@ import httpx
 from llmgw.cli.ctl_client import DASH, Api, table
 
 
+def _cabling(f: dict[str, Any]) -> int:
+    """The cabling problems (leaf-to-leaf cables, down uplinks) the fabric's
+    last map shows; a map stored before they were counted shows none."""
+    summary = (f.get("map") or {}).get("summary") or {}
+    return int(summary.get("problems") or 0)
+
+
 def cmd_fabrics(api: Api, args: argparse.Namespace) -> str:
     data = api.call("GET", "/api/v1/fabrics")
     if args.json:
@@ -31,7 +38,13 @@ def cmd_fabrics(api: Api, args: argparse.Namespace) -> str:
                 f"{f['active_ports']}/{f['ports']}",
                 str(f["down_ports"]),
                 str(len(f["nodes"])),
-                ",".join(p["code"] for p in f["problems"]) or DASH,
+                # The subnet managers' problems by code, then the map's
+                # cabling problems by count: only the map holds their detail.
+                ",".join(
+                    [p["code"] for p in f["problems"]]
+                    + ([f"cabling:{_cabling(f)}"] if _cabling(f) else [])
+                )
+                or DASH,
             ]
         )
     lines = [
@@ -52,6 +65,11 @@ def cmd_fabrics(api: Api, args: argparse.Namespace) -> str:
     ]
     for f in data["fabrics"]:
         lines += [f"{f['identity']}: {p['message']}" for p in f["problems"]]
+        if _cabling(f):
+            lines.append(
+                f"{f['identity']}: {_cabling(f)} cabling problem(s) on the map "
+                "(leaf-to-leaf cables, down uplinks): see the console's fabric page"
+            )
         lines += [
             f"{f['identity']}: master {c['from'] or DASH} -> {c['to']} at {c['at']} (seen by {c['reported_by']})"
             for c in f["master_changes"]

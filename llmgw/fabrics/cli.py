@@ -22,7 +22,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="llmgw fabric analyze",
         description="Map an InfiniBand fabric from `ibnetdiscover` (or `ibnetdiscover -p`) output: "
-        "switch tiers, adapters, cables trained below their kind's rate, misaligned rails.",
+        "switch tiers, adapters, cables trained below their kind's rate, misaligned rails, "
+        "leaf-to-leaf cables and down uplinks.",
     )
     p.add_argument("file", metavar="FILE", help="ibnetdiscover output, or - for stdin")
     p.add_argument("--json", action="store_true", help="print the whole map as JSON")
@@ -79,7 +80,21 @@ def render(result: dict[str, Any]) -> str:
             )
     for w in result["warnings"]:
         out.append(f"warning: {w}")
+    # Maps analysed before cabling problems were looked for have no such key.
+    for p in result.get("problems", []):
+        out.append(problem_line(p))
     return "\n".join(out)
+
+
+def _end(end: dict[str, Any]) -> str:
+    port = end["port"] if end["port"] is not None else "?"
+    return f"{end['description'] or end['guid']} port {port}"
+
+
+def problem_line(p: dict[str, Any]) -> str:
+    """One cabling problem: its kind, then both switches and ports (``?``
+    where a down port's number cannot be told), as the console words it."""
+    return f"problem: {p['code']}: {_end(p['a'])} - {_end(p['b'])}"
 
 
 def analyze_main(argv: list[str]) -> int:

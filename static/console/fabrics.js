@@ -138,7 +138,8 @@
     layer = FabricDraw.overlay(viewport, L, st.mode);
     FabricDraw.legend($("legend"), L, st.mode);
     const s = data.map.summary;
-    $("fabric-summary").textContent = `${s.switches} switches (${s.core} core, ${s.spine} spine, ${s.leaf} leaf) · ${s.host_adapters} adapters · ${s.links} cables · ${s.degraded_links} degraded · ${s.rail_optimised ? `rail-optimised, ${s.misaligned_rails} off their rail` : "not rail-optimised"} · mapped ${data.taken_at ? new Date(data.taken_at).toLocaleString() : "-"} from ${data.source_node || "-"}`;
+    $("fabric-summary").textContent = `${s.switches} switches (${s.core} core, ${s.spine} spine, ${s.leaf} leaf) · ${s.host_adapters} adapters · ${s.links} cables · ${s.degraded_links} degraded · ${s.problems || 0} cabling problems · ${s.rail_optimised ? `rail-optimised, ${s.misaligned_rails} off their rail` : "not rail-optimised"} · mapped ${data.taken_at ? new Date(data.taken_at).toLocaleString() : "-"} from ${data.source_node || "-"}`;
+    showProblems(data.map.problems || []);
     $("node-names").replaceChildren(...[...new Set(L.adapters.map((a) => a.node).filter(Boolean))].sort().map((n) => el("option", { value: n })));
     $("empty").hidden = true;
     bind();
@@ -157,7 +158,16 @@
     }
   }
 
-  function empty(text) { $("empty").textContent = text; $("empty").hidden = false; stage.dataset.drawn = "empty"; }
+  // Worded as `llmgw fabric analyze` prints them (llmgw/fabrics/cli.py problem_line).
+  const endText = (e) => `${e.description || e.guid} port ${e.port == null ? "?" : e.port}`;
+  function showProblems(problems) {
+    const box = $("fabric-problems");
+    box.querySelector("ul").replaceChildren(...problems.map((p) => el("li", { "data-code": p.code, title: p.message }, [
+      el("span", { class: "bad" }, p.code), `: ${endText(p.a)} - ${endText(p.b)}`])));
+    box.hidden = !problems.length;
+  }
+
+  function empty(text) { $("fabric-problems").hidden = true; $("empty").textContent = text; $("empty").hidden = false; stage.dataset.drawn = "empty"; }
 
   function bind() {
     for (const [guid, n] of layer.switches) {
