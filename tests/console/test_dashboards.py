@@ -16,7 +16,7 @@ import pytest
 
 from llmgw.catalog.models import Model
 from llmgw.inventory.models import Node
-from llmgw.serving.gateway import load
+from llmgw.serving.gateway import load, metrics
 from llmgw.serving.models import HeldState, Replica, Shard
 from tests.console import fleet
 from tests.console.test_prometheus import prometheus  # noqa: F401
@@ -116,7 +116,14 @@ def feed(url: str, data_dir: Path, make_node, agent_client) -> None:
 
 
 def gateway_report() -> None:
-    load.publish({MODEL: 2.0}, {MODEL: 1}, {MODEL: {"200": 5, "503": 1}})
+    durations: dict[str, metrics.Row] = {}
+    first_bytes: dict[str, metrics.Row] = {}
+    for seconds in (0.2, 1.5, 4.0, 9.0, 30.0):
+        metrics.observe(durations, "200", seconds)
+        metrics.observe(first_bytes, MODEL, seconds / 10)
+    metrics.observe(durations, "503", 0.001)
+    latency = metrics.latency_report({MODEL: durations}, first_bytes)
+    load.publish({MODEL: 2.0}, {MODEL: 1}, {MODEL: {"200": 5, "503": 1}}, latency=latency)
 
 
 def scraped(server: str) -> set[str]:
@@ -151,6 +158,9 @@ def test_every_dashboard_and_node_page_query_parses_and_reads_exported_metrics(
     assert not wanted - have, f"no samples scraped for {sorted(wanted - have)}"
     results = {}
     for where, expr in checks:
+        # Still reporting while the queries run: a report goes stale in
+        # seconds, and the last queries come more than that after the first.
+        gateway_report()
         answer = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=5)
         body = answer.json()
         assert body["status"] == "success", f"{where}: {expr}: {body.get('error')}"

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from llmgw.serving.gateway import load, snapshot
+from llmgw.serving.gateway import load, metrics, snapshot
 from llmgw.serving.gateway.asgi import ASGIApp, Receive, Scope, Send
 from llmgw.serving.gateway.body import read_request
 from llmgw.serving.gateway.errors import send_error, send_json
@@ -79,6 +79,9 @@ class Gateway:
         self.created: dict[str, int] = {}
         # Per model, per status: this process's answers since it started.
         self.requests: dict[str, dict[str, int]] = {}
+        # Per model (and status): this process's latency histograms since it started.
+        self.durations: dict[str, dict[str, metrics.Row]] = {}
+        self.first_bytes: dict[str, metrics.Row] = {}
         self._refused: dict[str, int] = {}
         self._used_keys: set[int] = set()
         self._touched_at = 0.0
@@ -177,7 +180,10 @@ class Gateway:
         for model, count in refused.items():
             depth[model] = depth.get(model, 0.0) + count
         requests = {m: dict(codes) for m, codes in self.requests.items()}
-        await self._in_db_thread(load.publish, depth, self.router.in_flight(), requests)
+        latency = metrics.latency_report(self.durations, self.first_bytes)
+        await self._in_db_thread(
+            load.publish, depth, self.router.in_flight(), requests, None, latency
+        )
         now = time.monotonic()
         if self._used_keys and now - self._touched_at >= 60:
             used, self._used_keys = self._used_keys, set()
@@ -259,14 +265,19 @@ class Gateway:
                 return
         await send_error(send, 404, *_not_found(one), param="model")
 
-    def _count(self, model: str, status: int | str) -> None:
+    def _count(self, model: str, status: int | str, started: float) -> None:
         codes = self.requests.get(model)
         if codes is None:
             codes = self.requests[model] = {}
         key = str(status)
         codes[key] = codes.get(key, 0) + 1
+        durations = self.durations.get(model)
+        if durations is None:
+            durations = self.durations[model] = {}
+        metrics.observe(durations, key, time.perf_counter() - started)
 
     async def _proxied(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
         key = await self._key(scope, send)
         if key is None:
             return
@@ -280,7 +291,7 @@ class Gateway:
             return
         if not router.table.get(model):
             self._refused[model] = self._refused.get(model, 0) + 1
-            self._count(model, 503)
+            self._count(model, 503, started)
             await send_error(
                 send,
                 503,
@@ -294,16 +305,24 @@ class Gateway:
         path = scope["path"]
         if scope.get("query_string"):
             path += "?" + scope["query_string"].decode("latin-1")
-        await self._forward(model, path, body, bool(head.stream), receive, send)
+        await self._forward(model, path, body, bool(head.stream), receive, send, started)
 
     async def _forward(
-        self, model: str, path: str, body: bytes, stream: bool, receive: Receive, send: Send
+        self,
+        model: str,
+        path: str,
+        body: bytes,
+        stream: bool,
+        receive: Receive,
+        send: Send,
+        started: float,
     ) -> None:
         # The client hanging up cancels this task: the engine connection
         # closes with it and the engine stops generating.
         task = asyncio.current_task()
         assert task is not None
-        state = {"done": False, "hung_up": False}
+        # The proxy adds "first_at", when a replica's answer starts out.
+        state: dict[str, Any] = {"done": False, "hung_up": False}
 
         async def watch() -> None:
             while True:
@@ -317,15 +336,18 @@ class Gateway:
         watcher = asyncio.create_task(watch())
         try:
             status = await self.proxy.forward(model, path, body, stream, send, state)
-            self._count(model, status)
+            self._count(model, status, started)
         except asyncio.CancelledError:
             if not state["hung_up"]:
                 raise
             task.uncancel()
-            self._count(model, 499)
+            self._count(model, 499, started)
         finally:
             state["done"] = True
             watcher.cancel()
+            first_at = state.get("first_at")
+            if first_at is not None:
+                metrics.observe(self.first_bytes, model, first_at - started)
 
 
 def mount(gateway: Gateway, app: ASGIApp) -> ASGIApp:

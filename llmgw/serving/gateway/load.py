@@ -49,13 +49,20 @@ def publish(
     in_flight: dict[str, int],
     requests: dict[str, dict[str, int]],
     process: str | None = None,
+    latency: dict[str, Any] | None = None,
 ) -> None:
     process = process or process_id()
     now = time.time()
     cache_ = store()
     cache_.set(
         PREFIX + process,
-        {"at": now, "depth": depth, "in_flight": in_flight, "requests": requests},
+        {
+            "at": now,
+            "depth": depth,
+            "in_flight": in_flight,
+            "requests": requests,
+            "latency": latency,
+        },
         timeout=int(FRESH_S * 4),
     )
     # Read-modify-write: two processes starting in the same instant can drop

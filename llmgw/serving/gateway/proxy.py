@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 import aiohttp
 
@@ -85,7 +86,7 @@ class Proxy:
         up.engine_queue, up.scraped_at = parse_queue_depth(text), time.monotonic()
 
     async def forward(
-        self, model: str, path: str, body: bytes, stream: bool, send: Send, state: dict[str, bool]
+        self, model: str, path: str, body: bytes, stream: bool, send: Send, state: dict[str, Any]
     ) -> int | str:
         """Send the request to the model's replicas until one answers; the
         status the client got ("stream_error" for a stream that broke)."""
@@ -166,10 +167,11 @@ def _content_type(response: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]
 
 
 async def _send_whole(
-    response: aiohttp.ClientResponse, body: bytes, send: Send, state: dict[str, bool]
+    response: aiohttp.ClientResponse, body: bytes, send: Send, state: dict[str, Any]
 ) -> None:
     headers = _content_type(response) + [(b"content-length", str(len(body)).encode())]
     state["done"] = True
+    state["first_at"] = time.perf_counter()
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -180,9 +182,10 @@ async def _relay(
     response: aiohttp.ClientResponse,
     first: bytes,
     send: Send,
-    state: dict[str, bool],
+    state: dict[str, Any],
 ) -> int | str:
     """The stream, chunk by chunk as the engine writes it, from its first."""
+    state["first_at"] = time.perf_counter()
     await send(
         {
             "type": "http.response.start",
