@@ -211,12 +211,7 @@ def capture(outdir: Path) -> list[Path]:
         net = write_net(ibsim_tree(), work / "fat-tree.net")
         with open(net, "a") as fh:  # an adapter with no cable: discovery cannot leave it
             fh.write('\nHca\t1 "lonely mlx5_0"\n\n')
-        version = subprocess.run(
-            ["dpkg-query", "-W", "-f", "${Version}", "infiniband-diags"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
+        version = diags_version()
         shutil.copy(net, outdir / "fat-tree.net")
         written.append(outdir / "fat-tree.net")
         runs = [
@@ -244,3 +239,13 @@ if __name__ == "__main__":
 
     for p in capture(Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/ibsim")):
         print(p)
+
+
+def diags_version() -> str:
+    """The infiniband-diags that made a capture, for its header line."""
+    return subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Version}", "infiniband-diags"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()

@@ -11,7 +11,6 @@ dumps :func:`capture` kept under tests/data/ibsim, for machines without ibsim.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any, NamedTuple
 
 from llmgw.simulator.fat_tree import FatTree
 
-from .ibsim import Simulator, ibsim_tree, short_ends, write_net
+from .ibsim import Simulator, diags_version, ibsim_tree, short_ends, write_net
 
 
 class Site(NamedTuple):
@@ -186,12 +185,7 @@ def capture(outdir: Path) -> list[Path]:
 
     ``python -m tests.fabrics.sites tests/data/ibsim`` regenerates them.
     """
-    version = subprocess.run(
-        ["dpkg-query", "-W", "-f", "${Version}", "infiniband-diags"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    version = diags_version()
     written: list[Path] = []
     with tempfile.TemporaryDirectory() as scratch:
         for site in SITES:

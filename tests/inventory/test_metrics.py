@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.utils import timezone
-from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.catalog.models import Model, Profile
 from llmgw.inventory.models import Node
 from llmgw.serving.models import HeldState, Replica, Shard
+from tests.metrics_text import samples
 from tests.payloads import heartbeat, registration
 from tests.tokens import make_token
 
@@ -17,11 +17,7 @@ from tests.tokens import make_token
 def scrape(api) -> dict[str, dict[tuple, float]]:
     response = api.get("/metrics")
     assert response.status_code == 200
-    found: dict[str, dict[tuple, float]] = {}
-    for family in text_string_to_metric_families(response.content.decode()):
-        for sample in family.samples:
-            found.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
-    return found
+    return samples(response.content.decode())
 
 
 def test_metrics_export_the_fleet(make_node, agent_client, api):

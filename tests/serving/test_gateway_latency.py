@@ -9,10 +9,10 @@ from typing import Any
 import openai
 import pytest
 from django.core.cache import cache
-from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.catalog.models import Model
 from llmgw.serving.gateway import load, metrics
+from tests.metrics_text import samples
 from tests.serving.gateway_peers import engines, gateway_server  # noqa: F401
 from tests.serving.test_gateway import MESSAGES, client, key, replica
 from tests.tokens import make_token
@@ -25,11 +25,7 @@ TTFB = "llmgw_gateway_time_to_first_byte_seconds"
 def scrape(http: Any, token: str) -> dict[str, dict[tuple, float]]:
     response = http.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert response.status_code == 200
-    found: dict[str, dict[tuple, float]] = {}
-    for family in text_string_to_metric_families(response.content.decode()):
-        for sample in family.samples:
-            found.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
-    return found
+    return samples(response.content.decode())
 
 
 def buckets(found: dict[str, dict[tuple, float]], name: str, **labels: str) -> list[float]:
