@@ -8,7 +8,6 @@ module once, in the return value of `create_token`, and is never logged.
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,6 +17,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from llmgw.accounts.hashing import digest
 from llmgw.accounts.models import ApiToken
 
 TOKEN_PREFIX = "llmgw-tk-"
@@ -26,10 +26,6 @@ DISPLAY_CHARS = 14
 
 class TokenRefused(Exception):
     """Why a token does not authenticate, in words for its holder."""
-
-
-def digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,10 @@ indexed lookup.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 
-
-def digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
+from llmgw.accounts.hashing import digest
 
 
 def new_secret() -> str:

@@ -15,7 +15,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from llmgw import events
-from llmgw.inventory import credentials, gpus, sections
+from llmgw.accounts import hashing
+from llmgw.inventory import gpus, sections
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import Filesystem, ModelHolding, Node
 from llmgw.inventory.sections import Section
@@ -41,7 +42,7 @@ def heartbeat_with_credential(
     before it: one round trip instead of two, and a revocation bites on the
     very next heartbeat (there is no cache of credentials to go stale)."""
     return _heartbeat(
-        data, now, {"name": name, "credential_hash": credentials.digest(secret), "revoked_at": None}
+        data, now, {"name": name, "credential_hash": hashing.digest(secret), "revoked_at": None}
     )
 
 

@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 from llmgw_agent.protocol.bounds import NAME
 
+from llmgw.accounts import hashing
 from llmgw.inventory import commands, credentials, gpus, sections
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import (
@@ -57,7 +58,7 @@ def add_node(name: str, actor: str) -> str:
     if node.credential_hash and not node.revoked_at:
         raise InventoryError(f"node {name} has already joined; revoke it first to re-join")
     token = credentials.new_secret()
-    node.join_token_hash = credentials.digest(token)
+    node.join_token_hash = hashing.digest(token)
     node.join_token_expires_at = timezone.now() + timedelta(seconds=settings.JOIN_TOKEN_TTL_S)
     node.revoked_at = None
     node.save()
@@ -74,7 +75,7 @@ def join(name: str, token: str) -> str:
         # token cannot both win.
         won = Node.objects.filter(
             name=name,
-            join_token_hash=credentials.digest(token),
+            join_token_hash=hashing.digest(token),
             join_token_expires_at__gt=now,
         ).update(join_token_hash="", join_token_expires_at=None, credential_hash=cred_digest)
         if won == 1:

@@ -9,7 +9,6 @@ once, in the return value of `create_key`, and is never logged.
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from llmgw.accounts.hashing import digest
 from llmgw.catalog.models import Model
 from llmgw.serving.models import ApiKey
 
@@ -27,10 +27,6 @@ DISPLAY_CHARS = 14
 
 class ApiKeyError(Exception):
     """A refusal, in words for the operator."""
-
-
-def digest(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
