@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "llmgw.serving",
     "llmgw.nvlink",
     "llmgw.fabrics",
+    "llmgw.facility",
     "llmgw.console",
     "llmgw.metrics",
 ]
