@@ -259,6 +259,11 @@ MEASUREMENT_MAX_AGE_S = env.integer("LLMGW_MEASUREMENT_MAX_AGE_S", 60, minimum=1
 # None: the charts say Prometheus is not configured instead of drawing nothing.
 PROMETHEUS_URL = env.url("LLMGW_PROMETHEUS_URL", ("http", "https"))
 JOIN_TOKEN_TTL_S = env.integer("LLMGW_JOIN_TOKEN_TTL_S", 24 * 3600, minimum=60)
+# The node certificate authority (`llmgw ca init`): its key signs renewals,
+# so it lives with the control plane's data. Node certificates are short:
+# the agent renews at two thirds of this, a stolen one is soon worthless.
+CA_DIR = Path(env.string("LLMGW_CA_DIR", str(DATA_DIR / "ca")) or "")
+NODE_CERT_TTL_S = env.integer("LLMGW_NODE_CERT_TTL_S", 3 * 24 * 3600, minimum=60)
 # An API token's life, unless made with another (`create_token --days`).
 API_TOKEN_TTL_DAYS = env.integer("LLMGW_API_TOKEN_TTL_DAYS", 90, minimum=1)
 # Wrong passwords a minute for one username from one address (the token
