@@ -8,6 +8,7 @@ from llmgw.inventory.api.views import NodeViewSet
 from llmgw.nvlink.api import NvlinkView
 from llmgw.serving.api.keys import ApiKeyViewSet
 from llmgw.serving.api.models import ModelViewSet
+from llmgw.serving.api.whatif import SweepView, WhatIfView
 
 
 class OptionalSlashRouter(SimpleRouter):
@@ -28,5 +29,7 @@ urlpatterns = [
     path("fabrics", FabricListView.as_view(), name="fabrics"),
     path("fabrics/test", FabricTestView.as_view(), name="fabric-test"),
     path("fabrics/<int:pk>/topology", TopologyView.as_view(), name="fabric-topology"),
+    path("whatif", WhatIfView.as_view(), name="whatif"),
+    path("whatif/sweep", SweepView.as_view(), name="whatif-sweep"),
     *router.urls,
 ]

@@ -1,0 +1,247 @@
+"""What if a facility domain (a site, room, row, rack or PDU) or one node
+failed now: which held replicas go with it, and could placement put each
+of them back somewhere else?
+
+Answered by doing what the control plane would do, on a copy: the domain's
+nodes stop reporting (NotReady, as the inventory calls a node that did),
+every replica with a shard on one of them is lost and released whole,
+claims on its surviving nodes included, and the reconciler places the lost
+replicas again, model by model in name order, one replica at a time, each
+decision applied before the next. The same scheduler decides, on the same
+views, so every rule placement knows (holds, power caps, spread) applies
+here as it does there. Pure, like the scheduler: the serving service loads
+the fleet and turns the answer into words.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from .scheduler import Inventory, apply_to_views
+from .types import Decision, NodeView, Placement, Profile
+
+# What a node that stopped reporting is, as the inventory says it.
+FAILED_STATE = "NotReady"
+# The facility levels a domain is named by, from the node labels
+# llmgw.io/site ... llmgw.io/pdu.
+LEVELS = ("site", "room", "row", "rack", "pdu")
+LABEL_PREFIX = "llmgw.io/"
+# What `whatif sweep` fails one at a time.
+SWEPT = ("rack", "pdu")
+
+
+class WhatIfError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class HeldReplica:
+    """A live replica as placement would have decided it: its shards' nodes,
+    GPUs and declared claims."""
+
+    id: int
+    decision: Decision
+
+    @property
+    def model(self) -> str:
+        return self.decision.model
+
+
+@dataclass(slots=True)
+class Fleet:
+    views: list[NodeView]
+    replicas: list[HeldReplica]
+    # Model -> its catalog profiles, and its always_running count.
+    profiles: Mapping[str, Sequence[Profile]]
+    always_running: Mapping[str, int]
+    # Domain ("rack=r07", or a node's name) -> its nodes; built on first use.
+    _domains: dict[str, list[str]] | None = None
+    _base: Inventory | None = None
+
+    def domains(self) -> dict[str, list[str]]:
+        if self._domains is None:
+            self._domains = domain_members(self.views)
+        return self._domains
+
+    def base(self) -> Inventory:
+        if self._base is None:
+            self._base = Inventory(self.views)
+        return self._base
+
+
+def domain_members(views: Iterable[NodeView]) -> dict[str, list[str]]:
+    """Every domain the fleet's labels name, and every node by its name."""
+    members: dict[str, list[str]] = defaultdict(list)
+    for v in views:
+        members[v.name].append(v.name)
+        for level in LEVELS:
+            value = v.labels.get(LABEL_PREFIX + level)
+            if value:
+                members[f"{level}={value}"].append(v.name)
+    return dict(members)
+
+
+def resolve(fleet: Fleet, domain: str) -> list[str]:
+    """The nodes of a domain written LEVEL=VALUE or as a node's name."""
+    domain = domain.strip()
+    level, sep, value = domain.partition("=")
+    if sep and level not in LEVELS:
+        raise WhatIfError(
+            f"unknown domain {domain!r}: the level {level!r} is not one of {', '.join(LEVELS)}"
+        )
+    if sep and not value:
+        raise WhatIfError(f"unknown domain {domain!r}: name the {level} after the '='")
+    nodes = fleet.domains().get(domain)
+    if not nodes:
+        what = f"no node is labelled {LABEL_PREFIX}{level}={value}" if sep else "no such node"
+        raise WhatIfError(f"unknown domain {domain!r}: {what}")
+    return nodes
+
+
+@dataclass(slots=True)
+class Lost:
+    replica: HeldReplica
+    # The nodes of the domain it had a shard on.
+    on: tuple[str, ...]
+    # Where placement would put it again; None when nowhere.
+    decision: Decision | None = None
+    # Why not, when it could not be placed (the first refusal of its model
+    # carries the explanation; the model's later ones are refused as well).
+    placement: Placement | None = None
+
+
+@dataclass(slots=True)
+class Outcome:
+    domain: str
+    nodes: list[str]
+    lost: list[Lost] = field(default_factory=list)
+    # The copy of the fleet after the failure and the re-placements.
+    inventory: Inventory | None = None
+
+    def below(self, fleet: Fleet) -> dict[str, tuple[int, int]]:
+        """Held models left below always_running: model -> (after, wanted)."""
+        live: dict[str, int] = defaultdict(int)
+        for r in fleet.replicas:
+            live[r.model] += 1
+        for lost in self.lost:
+            if lost.decision is None:
+                live[lost.replica.model] -= 1
+        return {
+            model: (live[model], wanted)
+            for model, wanted in sorted(fleet.always_running.items())
+            if wanted and live[model] < wanted
+        }
+
+
+def released(views: Iterable[NodeView], decisions: Iterable[Decision]) -> list[NodeView]:
+    """The views once these decisions' claims are gone: apply_to_views undone."""
+    freed: dict[str, list[tuple[str, int, int, frozenset[int]]]] = defaultdict(list)
+    for d in decisions:
+        for s in d.shards:
+            freed[s.node].append((d.model, s.memory_bytes, s.cpu_cores, frozenset(s.gpu_indices)))
+    out: list[NodeView] = []
+    for v in views:
+        shards = freed.get(v.name)
+        if not shards:
+            out.append(v)
+            continue
+        models = dict(v.models)
+        gpus: set[int] = set()
+        memory = cores = 0
+        for model, mem, cpu, indices in shards:
+            models[model] = models.get(model, 0) - 1
+            if models[model] <= 0:
+                del models[model]
+            memory, cores, gpus = memory + mem, cores + cpu, gpus | indices
+        out.append(
+            replace(
+                v,
+                models=models,
+                claimed_memory_bytes=max(v.claimed_memory_bytes - memory, 0),
+                claimed_cores=max(v.claimed_cores - cores, 0),
+                gpus=tuple(replace(g, allocated=False) if g.index in gpus else g for g in v.gpus),
+            )
+        )
+    return out
+
+
+def failed_views(views: Iterable[NodeView], nodes: Iterable[str]) -> dict[str, NodeView]:
+    """The fleet's views, by name, once the domain's nodes stopped reporting."""
+    gone = set(nodes)
+    return {v.name: replace(v, state=FAILED_STATE) if v.name in gone else v for v in views}
+
+
+def lost_replicas(fleet: Fleet, nodes: Sequence[str]) -> list[Lost]:
+    gone = set(nodes)
+    out = []
+    for r in fleet.replicas:
+        on = tuple(n for n in r.decision.nodes if n in gone)
+        if on:
+            out.append(Lost(r, on))
+    # The reconciler's order: models by name, each model's replicas in turn.
+    out.sort(key=lambda lost: (lost.replica.model, lost.replica.id))
+    return out
+
+
+def decide(inv: Inventory, model: str, profiles: Sequence[Profile]) -> Decision | None:
+    """Inventory.place without its explanation: the highest priority that
+    fits (ties in the order given), as place tries them."""
+    for p in sorted(profiles, key=lambda p: -p.priority):
+        decision = inv.decide(model, p)
+        if decision is not None:
+            return decision
+    return None
+
+
+def fail(fleet: Fleet, domain: str, *, explain: bool = True) -> Outcome:
+    """Fail one domain and place its lost replicas again, on a copy.
+
+    As the reconciler does it: model by model, each model's lost replicas
+    released whole just before they are placed again (a later model's
+    still hold their claims on surviving nodes meanwhile)."""
+    nodes = resolve(fleet, domain)
+    outcome = Outcome(domain.strip(), nodes, lost_replicas(fleet, nodes))
+    if not outcome.lost:
+        outcome.inventory = fleet.base()
+        return outcome
+    views = failed_views(fleet.views, nodes)
+    by_model: dict[str, list[Lost]] = defaultdict(list)
+    for lost in outcome.lost:
+        by_model[lost.replica.model].append(lost)
+    inv: Inventory | None = None
+    for model, losses in by_model.items():
+        freed = released(views.values(), (lost.replica.decision for lost in losses))
+        views = {v.name: v for v in freed}
+        inv = Inventory(views.values())
+        profiles = fleet.profiles.get(model, ())
+        for lost in losses:
+            lost.decision = decide(inv, model, profiles)
+            if lost.decision is None:
+                if explain:
+                    lost.placement = inv.place(model, profiles)
+                # Nothing changes before its next one is tried: refused too,
+                # as the reconciler stops a model at its first refusal.
+                break
+            inv.apply(lost.decision)
+            views = {v.name: v for v in apply_to_views(views.values(), lost.decision)}
+    outcome.inventory = inv
+    return outcome
+
+
+def sweep(fleet: Fleet, levels: Sequence[str] = SWEPT) -> tuple[int, list[Outcome]]:
+    """Fail every domain of the levels, one at a time. Returns how many were
+    tried and the ones that would leave a held model below always_running."""
+    for level in levels:
+        if level not in LEVELS:
+            raise WhatIfError(f"unknown level {level!r}: expected one of {', '.join(LEVELS)}")
+    wanted = [
+        d for d in sorted(fleet.domains()) if d.partition("=")[0] in levels and "=" in d
+    ]
+    hurt = []
+    for domain in wanted:
+        outcome = fail(fleet, domain, explain=False)
+        if outcome.below(fleet):
+            hurt.append(outcome)
+    return len(wanted), hurt

@@ -1,0 +1,220 @@
+"""What-if: the fleet as it stands, loaded once, and placement's answer to
+"if this domain failed now" (placement.whatif), or "where would this model
+go", in the data and the lines every surface prints. Stores nothing.
+
+Held replicas are the live ones (not failed or lost: those are being
+replaced already), with the claims their profiles declare, as the
+snapshot counts them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from llmgw.catalog.loader import CatalogError, parse
+from llmgw.catalog.models import Model
+from llmgw.catalog.models import Profile as ProfileRow
+from llmgw.catalog.services import _profile_fields
+from llmgw.placement import whatif
+from llmgw.placement.explaining import decision_lines
+from llmgw.placement.scheduler import Inventory, headroom
+from llmgw.placement.services import decision_data, explanation_data
+from llmgw.placement.snapshot import node_views, profile_view
+from llmgw.placement.types import Decision, Profile, Shard, gib_bytes
+from llmgw.placement.whatif import Fleet, HeldReplica, Outcome, WhatIfError
+from llmgw.serving.choices import ReplicaState
+from llmgw.serving.models import Replica
+from llmgw.serving.models import Shard as ShardRow
+
+__all__ = ["WhatIfError", "load", "fail", "sweep", "place"]
+
+
+def held_replicas() -> list[HeldReplica]:
+    rows = (
+        ShardRow.objects.exclude(replica__state__in=(ReplicaState.FAILED, ReplicaState.LOST))
+        .order_by("replica_id", "rank")
+        .values_list(
+            "replica_id",
+            "replica__model__name",
+            "replica__profile__name",
+            "replica__profile__memory_gb",
+            "replica__profile__cpu_cores",
+            "node__name",
+            "gpu_indices",
+        )
+    )
+    shards: dict[int, list[Shard]] = defaultdict(list)
+    heads: dict[int, tuple[str, str]] = {}
+    for rid, model, profile, memory_gb, cores, node, gpus in rows:
+        heads[rid] = (model, profile)
+        shards[rid].append(
+            Shard(
+                node=node,
+                gpu_indices=tuple(gpus or ()),
+                gpu_uuids=(),
+                adapters=(),
+                cpu_cores=cores or 0,
+                memory_bytes=gib_bytes(memory_gb or 0),
+                holds_weights=False,
+            )
+        )
+    return [
+        HeldReplica(rid, Decision(model, profile, tuple(shards[rid])))
+        for rid, (model, profile) in heads.items()
+    ]
+
+
+def load() -> Fleet:
+    """The fleet as placement sees it now, its live replicas and held counts."""
+    models = list(Model.objects.prefetch_related("profiles").order_by("name"))
+    return Fleet(
+        views=node_views(),
+        replicas=held_replicas(),
+        profiles={m.name: [profile_view(p) for p in m.profiles.all()] for m in models},
+        always_running={m.name: m.always_running for m in models},
+    )
+
+
+def _replica_words(r: HeldReplica) -> str:
+    return f"{r.model} replica #{r.id} ({r.decision.profile} on {', '.join(r.decision.nodes)})"
+
+
+def outcome_data(fleet: Fleet, outcome: Outcome) -> dict[str, Any]:
+    lost = []
+    lines = [f"if {outcome.domain} failed ({len(outcome.nodes)} nodes: {', '.join(outcome.nodes)}):"]
+    if not outcome.lost:
+        lines.append("  no held replica has a shard there: nothing is lost")
+    for item in outcome.lost:
+        r = item.replica
+        entry: dict[str, Any] = {
+            "replica": r.id,
+            "model": r.model,
+            "profile": r.decision.profile,
+            "nodes": list(r.decision.nodes),
+            "lost_on": list(item.on),
+            "replaced": item.decision is not None,
+            "decision": decision_data(item.decision) if item.decision else None,
+            "explanation": explanation_data(item.placement) if item.placement else None,
+        }
+        lost.append(entry)
+        lines.append(f"  lost: {_replica_words(r)}")
+        if item.decision is not None:
+            where = decision_lines({"model": r.model, "decision": entry["decision"]})
+            lines += [f"    re-placed as {where[0].split(': placed as ', 1)[1]}"]
+            lines += [f"    {line.strip()}" for line in where[1:]]
+        elif item.placement is not None:
+            lines.append("    cannot be placed again:")
+            lines += [f"      {line}" for line in entry["explanation"]["lines"][1:]]
+        else:
+            lines.append(f"    cannot be placed again: {r.model} was refused for an earlier replica")
+    below = outcome.below(fleet)
+    for model, (after, wanted) in below.items():
+        lines.append(f"  {model} would be left with {after} of {wanted} always-running replicas")
+    if outcome.lost and not below:
+        lines.append("  every held model keeps its always-running replicas")
+    return {
+        "domain": outcome.domain,
+        "nodes": outcome.nodes,
+        "lost": lost,
+        "replaced": sum(1 for e in lost if e["replaced"]),
+        "not_replaced": sum(1 for e in lost if not e["replaced"]),
+        "below": [
+            {"model": m, "replicas": after, "always_running": wanted}
+            for m, (after, wanted) in below.items()
+        ],
+        "lines": lines,
+    }
+
+
+def fail(domain: str) -> dict[str, Any]:
+    fleet = load()
+    return outcome_data(fleet, whatif.fail(fleet, domain))
+
+
+def sweep(levels: tuple[str, ...] = whatif.SWEPT) -> dict[str, Any]:
+    fleet = load()
+    tried, hurt = whatif.sweep(fleet, levels)
+    rows = [
+        {
+            "domain": o.domain,
+            "nodes": len(o.nodes),
+            "lost": len(o.lost),
+            "not_replaced": sum(1 for lost in o.lost if lost.decision is None),
+            "below": [
+                {"model": m, "replicas": after, "always_running": wanted}
+                for m, (after, wanted) in o.below(fleet).items()
+            ],
+        }
+        for o in hurt
+    ]
+    lines = [f"failed {tried} domains ({', '.join(levels)}) one at a time: {len(rows)} would hurt"]
+    for row in rows:
+        models = ", ".join(
+            f"{b['model']} {b['replicas']}/{b['always_running']}" for b in row["below"]
+        )
+        lines.append(
+            f"  {row['domain']}: {row['lost']} replicas lost, {row['not_replaced']} "
+            f"cannot be placed again; below always_running: {models}"
+        )
+    return {"levels": list(levels), "tried": tried, "hurt": rows, "lines": lines}
+
+
+def profiles_of(spec: dict[str, Any]) -> list[Profile]:
+    """A parsed catalog model's profiles as placement reads them, through
+    the catalog's own defaults and the stored row's fields."""
+    out = []
+    for p in spec["profiles"]:
+        row = ProfileRow(name=p["name"], **_profile_fields(p))
+        out.append(profile_view(row))
+    return out
+
+
+def place(text: str) -> dict[str, Any]:
+    """Where a model (or new profiles of one) not in the catalog yet would go:
+    its always_running replicas (one at least) placed one by one on a copy
+    of the fleet, and how many more of each profile would fit after them.
+
+    The text is a catalog file (`models:`), refused as `llmgw catalog
+    apply` would refuse it, naming the line and key."""
+    from llmgw.catalog.services import check
+
+    parsed = parse(text)
+    if not parsed.models:
+        raise CatalogError(["file: no models: to place"])
+    errors = check(parsed)
+    if errors:
+        raise CatalogError(errors)
+    inv = Inventory(node_views())
+    answers, lines = [], []
+    for spec in parsed.models:
+        model, profiles = spec["name"], profiles_of(spec)
+        wanted = max(spec.get("always_running", 0), 1)
+        placed: list[dict[str, Any]] = []
+        refusal = None
+        for _ in range(wanted):
+            decision = whatif.decide(inv, model, profiles)
+            if decision is None:
+                refusal = explanation_data(inv.place(model, profiles))
+                break
+            inv.apply(decision)
+            placed.append(decision_data(decision))
+        room = headroom(model, profiles, inv)
+        lines.append(f"{model}: {len(placed)} of {wanted} replicas would be placed")
+        for i, d in enumerate(placed, 1):
+            shown = decision_lines({"model": f"  replica {i}", "decision": d})
+            lines += shown
+        if refusal is not None:
+            lines.append(f"  replica {len(placed) + 1} cannot be placed:")
+            lines += [f"    {line}" for line in refusal["lines"][1:]]
+        lines += [f"  then {n} more would fit as profile {p}" for p, n in room.items()]
+        answers.append(
+            {
+                "model": model,
+                "wanted": wanted,
+                "placed": placed,
+                "refusal": refusal,
+                "headroom": room,
+            }
+        )
+    return {"models": answers, "lines": lines}
