@@ -17,7 +17,8 @@ from functools import lru_cache
 
 from llmgw.units import format_bytes_pair
 
-from .types import RACK, READY, NodeView, Profile, Reason, in_use
+from . import power
+from .types import READY, SPREAD_LEVELS, NodeView, Profile, Reason, in_use, level_label
 
 Refusal = tuple[Reason, str]
 
@@ -46,6 +47,10 @@ class NodeState:
         "islands",
         "class_total",
         "engine_versions",
+        "domains",
+        "declared_w",
+        "measured_w",
+        "power",
     )
 
     def __init__(self, ordinal: int, view: NodeView) -> None:
@@ -87,6 +92,15 @@ class NodeState:
             name, _, version = e.partition("@")
             versions.setdefault(name, set()).add(version or None)
         self.engine_versions = versions
+        # (level, value) per spread level, None where the node names none.
+        self.domains = tuple(
+            (level, view.labels.get(level_label(level))) for level in SPREAD_LEVELS
+        )
+        # Raised by the shards a dry run places here (power.apply).
+        self.declared_w = view.declared_w
+        self.measured_w = view.measured_w
+        # Its capped domains, shared with their other nodes (Inventory builds them).
+        self.power: list[power.DomainPower] = []
 
     def free_count(self, gpu_class: str | None) -> int:
         if gpu_class is None:
@@ -111,47 +125,71 @@ class NodeState:
         return max(sum(1 for i in free if i in island) for island in self.islands)
 
 
+# A spread score packs the model's replicas in each spread level, largest
+# level first, into one number: fewer in the room first, then the row, the
+# rack and the PDU. Counts stay far below the weight.
+WEIGHT = 1 << 16
+
+
 class Replicas:
-    """Each model's replicas per node and per rack, for one copy of the fleet.
+    """Each model's replicas per node and per facility domain, for one copy
+    of the fleet.
 
     Kept here rather than on each node: a node's state is walked whole to
     explain every refusal, and a larger one costs every explanation more.
     """
 
-    __slots__ = ("on_node", "in_rack")
+    __slots__ = ("on_node", "in_domain")
 
     def __init__(self) -> None:
         # Model -> node ordinal -> its replicas there; a node with none is absent.
         self.on_node: dict[str, dict[int, int]] = {}
-        # Model -> rack -> its replicas there.
-        self.in_rack: dict[str, dict[str, int]] = {}
+        # Model -> (level, value) -> its replicas there.
+        self.in_domain: dict[str, dict[tuple[str, str], int]] = {}
 
-    def of(self, n: NodeState, model: str) -> tuple[int, int]:
-        """The model's replicas on the node, then in its rack: fewer first.
-
-        A node that names no rack counts as a rack of its own, so a fleet
-        without rack labels spreads over nodes alone.
-        """
+    def levels(self, n: NodeState, model: str) -> list[tuple[str, str | None, int]]:
+        """(level, the node's value, the model's replicas there) per spread
+        level. A node that names no value for a level counts as a domain of
+        its own, so a fleet without labels spreads over nodes alone."""
         nodes = self.on_node.get(model)
         mine = nodes.get(n.ordinal, 0) if nodes else 0
-        rack = n.view.labels.get(RACK)
-        if rack is None:
-            return mine, mine
-        racks = self.in_rack.get(model)
-        return mine, racks.get(rack, 0) if racks else 0
+        counts = self.in_domain.get(model)
+        out = []
+        for level, value in n.domains:
+            if value is None:
+                out.append((level, None, mine))
+            else:
+                out.append((level, value, counts.get((level, value), 0) if counts else 0))
+        return out
+
+    def of(self, n: NodeState, model: str) -> tuple[int, int]:
+        """The model's replicas on the node, then its spread score: fewer first."""
+        nodes = self.on_node.get(model)
+        mine = nodes.get(n.ordinal, 0) if nodes else 0
+        counts = self.in_domain.get(model)
+        score = 0
+        for domain in n.domains:
+            score *= WEIGHT
+            if domain[1] is None:
+                score += mine
+            elif counts:
+                score += counts.get(domain, 0)  # type: ignore[arg-type]
+        return mine, score
 
     def add(self, model: str, n: NodeState, count: int = 1) -> None:
         nodes = self.on_node.setdefault(model, {})
         nodes[n.ordinal] = nodes.get(n.ordinal, 0) + count
-        rack = n.view.labels.get(RACK)
-        if rack is not None:
-            racks = self.in_rack.setdefault(model, {})
-            racks[rack] = racks.get(rack, 0) + count
+        counts: dict[tuple[str, str], int] | None = None
+        for level, value in n.domains:
+            if value is not None:
+                if counts is None:
+                    counts = self.in_domain.setdefault(model, {})
+                counts[(level, value)] = counts.get((level, value), 0) + count
 
     def copy(self) -> Replicas:
         other = Replicas()
         other.on_node = {m: dict(c) for m, c in self.on_node.items()}
-        other.in_rack = {m: dict(c) for m, c in self.in_rack.items()}
+        other.in_domain = {m: dict(c) for m, c in self.in_domain.items()}
         return other
 
 
@@ -162,6 +200,8 @@ def static_refusal(n: NodeState, p: Profile) -> Refusal | None:
         return Reason.NOT_READY, f"{v.name} is {v.state}, needs {READY}"
     if v.cordoned:
         return Reason.CORDONED, f"{v.name} is cordoned: {v.cordon_reason or 'no reason given'}"
+    if v.held:
+        return Reason.HELD, f"{v.name} is in held {v.held}, needs a domain that is not held"
     for key, want in p.node_selector.items():
         have = v.labels.get(key)
         if have != want:
@@ -343,11 +383,13 @@ def gpu_refusal(n: NodeState, p: Profile) -> Refusal:
 
 def dynamic_refusal(n: NodeState, p: Profile) -> Refusal | None:
     """The rules that applying decisions changes."""
-    return (
-        memory_refusal(n, p)
-        or cores_refusal(n, p)
-        or (gpu_refusal(n, p) if pick_gpus(n, p) is None else None)
-    )
+    refusal = memory_refusal(n, p) or cores_refusal(n, p)
+    if refusal is not None:
+        return refusal
+    gpus = pick_gpus(n, p)
+    if gpus is None:
+        return gpu_refusal(n, p)
+    return power.refusal(n, p, gpus) if n.power else None
 
 
 def shard_refusal(n: NodeState, p: Profile) -> Refusal | None:

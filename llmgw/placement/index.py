@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
+from . import power
 from .checks import NodeState, Replicas, pick_gpus
 from .types import Profile
 
@@ -105,7 +106,8 @@ class Grid:
         return None
 
 
-# (replicas of the model on the node, in its rack, the node lacks its weights)
+# (replicas of the model on the node, its spread score over rooms, rows, racks
+# and PDUs (checks.Replicas), the node lacks its weights)
 Tier = tuple[int, int, bool]
 BASE: Tier = (0, 0, True)
 
@@ -240,4 +242,8 @@ def fit(n: NodeState, p: Profile, mem: int) -> tuple[int, ...] | None:
     cores = p.cpu_cores
     if cores and n.free_cores is not None and n.free_cores < cores:
         return None
-    return pick_gpus(n, p)
+    gpus = pick_gpus(n, p)
+    # Empty unless the node is in a capped domain: the fleet without budgets pays one test.
+    if gpus is not None and n.power and power.refusal(n, p, gpus) is not None:
+        return None
+    return gpus

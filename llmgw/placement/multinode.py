@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import power
 from .checks import NodeState, Refusal, Replicas, fabric_adapters, plural
-from .types import Profile, Reason
+from .types import Profile, Reason, level_label
 
 Candidate = tuple[NodeState, tuple[int, ...]]
+Option = tuple[tuple[object, ...], str, list[Candidate]]
 
 NVLINK_PREFIX = "nvlink:"
 PART = "@"
@@ -57,14 +59,39 @@ def _rank(keys: list[tuple[int, ...]], kind: int, leaf: int, label: str) -> tupl
     return (*sums[:2], kind, leaf, *sums[2:], tuple(sorted(k[5] for k in keys)), label)
 
 
+def within(members: list[Candidate], p: Profile) -> dict[str, list[Candidate]]:
+    """A group's members by the domain the profile keeps a replica inside;
+    the whole group as one when it names none. A node that names no such
+    domain cannot be shown to share one, so it is left out."""
+    if p.keep_within is None:
+        return {"": members}
+    label = level_label(p.keep_within)
+    parts: dict[str, list[Candidate]] = {}
+    for c in members:
+        value = c[0].view.labels.get(label)
+        if value is not None:
+            parts.setdefault(value, []).append(c)
+    return parts
+
+
 def _options(
     cands: list[Candidate], p: Profile, model: str, replicas: Replicas
-) -> tuple[list[tuple[tuple[object, ...], str, list[Candidate]]], dict[str, int]]:
-    """Every way to form the replica inside one group, and each group's size."""
-    k = p.nodes_per_replica
-    cls = p.gpu_class
-    options: list[tuple[tuple[object, ...], str, list[Candidate]]] = []
+) -> tuple[list[Option], dict[str, int]]:
+    """Every way to form the replica inside one group (and one domain, with
+    keep_within), and each group's size (its largest domain's, then)."""
+    options: list[Option] = []
     sizes: dict[str, int] = {}
+    for members, label in _groups(cands, p):
+        parts = within(members, p)
+        sizes[label] = max(map(len, parts.values()), default=0)
+        for part in parts.values():
+            options.extend(_formed(part, label, p, model, replicas))
+    return options, sizes
+
+
+def _groups(cands: list[Candidate], p: Profile) -> list[tuple[list[Candidate], str]]:
+    """The candidates of each multi-node NVLink domain and each fabric."""
+    groups: list[tuple[list[Candidate], str]] = []
     if p.fabric is None:
         # A multi-node NVLink domain first; InfiniBand is the fallback.
         domains: dict[str, list[Candidate]] = {}
@@ -72,13 +99,7 @@ def _options(
             if c[0].view.nvlink_domain is not None:
                 domains.setdefault(c[0].view.nvlink_domain, []).append(c)
         for dom, members in domains.items():
-            label = NVLINK_PREFIX + dom
-            sizes[label] = len(members)
-            if len(members) >= k:
-                members.sort(key=lambda c: _key(c[0], None, model, cls, replicas))
-                sel = members[:k]
-                keys = [_key(c[0], None, model, cls, replicas) for c in sel]
-                options.append((_rank(keys, 0, 0, label), label, sel))
+            groups.append((members, NVLINK_PREFIX + dom))
         names = sorted({f for c in cands for f, a in c[0].view.fabrics.items() if a})
     else:
         # A declared name is divided by physical fabric: "ib-a@0x..." keys
@@ -92,44 +113,80 @@ def _options(
             }
         ) or [p.fabric]
     for f in names:
-        members = [c for c in cands if fabric_adapters(c[0], f)]
-        sizes[f] = len(members)
-        if len(members) < k:
-            continue
-        members.sort(key=lambda c: _key(c[0], f, model, cls, replicas))
-        # Nodes under one leaf switch together when they can.
-        leaves: dict[str, list[Candidate]] = {}
-        for c in members:
-            leaf = c[0].view.fabric_leaves.get(f)
-            if leaf is not None:
-                leaves.setdefault(leaf, []).append(c)
-        for leaf_members in leaves.values():
-            if len(leaf_members) >= k:
-                sel = leaf_members[:k]
-                keys = [_key(c[0], f, model, cls, replicas) for c in sel]
-                options.append((_rank(keys, 1, 0, f), f, sel))
+        groups.append(([c for c in cands if fabric_adapters(c[0], f)], f))
+    return groups
+
+
+def _formed(
+    members: list[Candidate], label: str, p: Profile, model: str, replicas: Replicas
+) -> list[Option]:
+    k = p.nodes_per_replica
+    cls = p.gpu_class
+    if len(members) < k:
+        return []
+    if label.startswith(NVLINK_PREFIX):
+        members.sort(key=lambda c: _key(c[0], None, model, cls, replicas))
         sel = members[:k]
-        keys = [_key(c[0], f, model, cls, replicas) for c in sel]
-        options.append((_rank(keys, 1, 1, f), f, sel))
-    return options, sizes
+        keys = [_key(c[0], None, model, cls, replicas) for c in sel]
+        return [(_rank(keys, 0, 0, label), label, sel)]
+    f = label
+    options: list[Option] = []
+    members.sort(key=lambda c: _key(c[0], f, model, cls, replicas))
+    # Nodes under one leaf switch together when they can.
+    leaves: dict[str, list[Candidate]] = {}
+    for c in members:
+        leaf = c[0].view.fabric_leaves.get(f)
+        if leaf is not None:
+            leaves.setdefault(leaf, []).append(c)
+    for leaf_members in leaves.values():
+        if len(leaf_members) >= k:
+            sel = leaf_members[:k]
+            keys = [_key(c[0], f, model, cls, replicas) for c in sel]
+            options.append((_rank(keys, 1, 0, f), f, sel))
+    sel = members[:k]
+    keys = [_key(c[0], f, model, cls, replicas) for c in sel]
+    options.append((_rank(keys, 1, 1, f), f, sel))
+    return options
 
 
-def plan(cands: list[Candidate], p: Profile, model: str, replicas: Replicas) -> MultiPlan | None:
+def _best(options: list[Option], p: Profile, capped: bool) -> tuple[Option | None, Refusal | None]:
+    """The best-ranked option, and with power caps the best that keeps
+    every capped domain within its cap (with why the first one did not)."""
+    if not capped:
+        return (min(options, key=lambda o: o[0]) if options else None), None
+    first: Refusal | None = None
+    for option in sorted(options, key=lambda o: o[0]):
+        shards = {c[0].ordinal: (c[0], power.shard_watts(c[0], p, c[1])) for c in option[2]}
+        refusal = power.over_cap(shards, p)
+        if refusal is None:
+            return option, first
+        first = first or refusal
+    return None, first
+
+
+def plan(
+    cands: list[Candidate], p: Profile, model: str, replicas: Replicas, capped: bool = False
+) -> MultiPlan | None:
     options, _ = _options(cands, p, model, replicas)
-    if not options:
+    best, _ = _best(options, p, capped)
+    if best is None:
         return None
-    _, label, sel = min(options, key=lambda o: o[0])
-    return MultiPlan(label, sel)
+    return MultiPlan(best[1], best[2])
 
 
 def unchosen(
-    cands: list[Candidate], p: Profile, model: str, replicas: Replicas
+    cands: list[Candidate], p: Profile, model: str, replicas: Replicas, capped: bool = False
 ) -> dict[int, Refusal]:
     """Why each node that fits a shard is not in the replica (by ordinal)."""
     k = p.nodes_per_replica
     options, sizes = _options(cands, p, model, replicas)
-    best = min(options, key=lambda o: o[0]) if options else None
+    best, over = _best(options, p, capped)
+    if best is None and over is not None:
+        # Groups that fit, every one of them over a cap: the cap is what bit.
+        return {n.ordinal: (over[0], f"{n.view.name}: {over[1]}") for n, _ in cands}
     taken = {c[0].ordinal for c in best[2]} if best else set()
+    # Group -> its members by the domain keep_within names.
+    parts = {label: within(m, p) for m, label in _groups(cands, p)} if p.keep_within else {}
     out: dict[int, Refusal] = {}
     for n, _ in cands:
         if n.ordinal in taken:
@@ -150,6 +207,8 @@ def unchosen(
                 Reason.FABRIC,
                 f"{v.name} has adapters on {on}, needs {need} for a replica of {k} nodes",
             )
+        elif p.keep_within is not None and _too_few_within(n, parts, p, groups):
+            out[n.ordinal] = (Reason.KEEP_WITHIN, _kept_out(n, parts, p, groups))
         elif all(sizes[g] < k for g in groups):
             g = max(groups, key=lambda g: sizes[g])
             out[n.ordinal] = (
@@ -174,6 +233,40 @@ def unchosen(
                 Reason.NOT_PREFERRED,
                 f"{v.name} fits with {n.free_count(p.gpu_class)} free GPUs{holds}, but {best[1]} "
                 f"took {names}{under} (fewest replicas of the model, one group, one leaf, short "
-                f"cables last, weights and emptiest first: {least}+ free)",
+                f"cables last, weights and emptiest first: {least}+ free)"
+                + (f"; a set ranked above it was refused: {over[1]}" if over else ""),
             )
     return out
+
+
+def _too_few_within(
+    n: NodeState, parts: dict[str, dict[str, list[Candidate]]], p: Profile, groups: list[str]
+) -> bool:
+    """Whether the node's own domain is too small on every group it is in."""
+    assert p.keep_within is not None
+    value = n.view.labels.get(level_label(p.keep_within))
+    if value is None:
+        return True
+    return all(len(parts.get(g, {}).get(value, ())) < p.nodes_per_replica for g in groups)
+
+
+def _kept_out(
+    n: NodeState, parts: dict[str, dict[str, list[Candidate]]], p: Profile, groups: list[str]
+) -> str:
+    """Why keep_within leaves the node out, naming every domain tried."""
+    level = p.keep_within
+    assert level is not None
+    k = p.nodes_per_replica
+    value = n.view.labels.get(level_label(level))
+    if value is None:
+        return f"{n.view.name} names no {level}, needs one: the profile keeps a replica within one"
+    tried: dict[str, int] = {}
+    for g in groups:
+        for v, part in parts.get(g, {}).items():
+            tried[v] = max(tried.get(v, 0), len(part))
+    listed = ", ".join(f"{level} {v}: {count}" for v, count in sorted(tried.items()))
+    return (
+        f"{n.view.name} fits, but its {level} {value} has "
+        f"{plural(tried.get(value, 0), 'node')} that fit on one fabric, needs {k} "
+        f"(keep_within {level}; tried {listed})"
+    )

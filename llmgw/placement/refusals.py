@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from . import multinode
 from .checks import NodeState, Replicas, dynamic_refusal, pick_gpus, plural, static_refusal
-from .types import RACK, Decision, Profile, Reason, Rejection, Shard
+from .types import Decision, Profile, Reason, Rejection, Shard
 
 
 def rejections(
@@ -20,6 +20,7 @@ def rejections(
     model: str,
     p: Profile,
     decision: Decision | None,
+    capped: bool = False,
 ) -> tuple[Rejection, ...]:
     """Every node but the decision's own, in node order; `ok` holds the
     nodes the profile's static rules already let through."""
@@ -43,7 +44,7 @@ def rejections(
             assert gpus is not None
             cands.append((n, gpus))
     if p.nodes_per_replica > 1:
-        unchosen = multinode.unchosen(cands, p, model, replicas)
+        unchosen = multinode.unchosen(cands, p, model, replicas, capped)
         for o, (reason, message) in unchosen.items():
             out.append((o, Rejection(nodes[o].view.name, reason, message, p.name)))
     else:
@@ -70,16 +71,7 @@ def not_preferred(
             f"and {winner.view.name} holds {far[0] or 'none'}"
         )
     if near[1] > far[1]:
-        other = winner.view.labels.get(RACK)
-        there = (
-            f"{winner.view.name}'s rack {other} holds {far[1] or 'none'}"
-            if other is not None
-            else f"{winner.view.name} names no rack"
-        )
-        return (
-            f"{name} fits, but its rack {n.view.labels.get(RACK)} holds "
-            f"{plural(near[1], 'replica')} of this model already and {there}"
-        )
+        return f"{name} fits, but {crowded(replicas, model, n, winner)}"
     if shard.holds_weights and model not in n.view.holds_weights:
         return f"{name} fits, but {winner.view.name} already holds the weights of {model}"
     if p.gpu_class is not None:
@@ -91,3 +83,22 @@ def not_preferred(
         )
     why = "has no GPUs to keep free" if not winner.has_gpus else "is already in use"
     return f"{name} fits, but {winner.view.name} {why} and comes first"
+
+
+def crowded(replicas: Replicas, model: str, n: NodeState, winner: NodeState) -> str:
+    """The largest spread level at which the node's domain holds more of the
+    model's replicas than the winner's, both counts named."""
+    for (level, mine, near), (_, theirs, far) in zip(
+        replicas.levels(n, model), replicas.levels(winner, model), strict=True
+    ):
+        if near > far:
+            there = (
+                f"{winner.view.name}'s {level} {theirs} holds {far or 'none'}"
+                if theirs is not None
+                else f"{winner.view.name} names no {level}"
+            )
+            ours = f"its {level} {mine}" if mine is not None else f"it (naming no {level})"
+            return f"{ours} holds {plural(near, 'replica')} of this model already and {there}"
+        if near < far:
+            break
+    return "another node's domains hold fewer replicas of this model"

@@ -8,10 +8,11 @@ decision costs a few bucket lookups instead of a pass over every node;
 every other node was refused is refusals.py's.
 
 Preference order, all among nodes that satisfy every rule:
-- the fewest replicas of the model already on the node, then in its rack
-  (label llmgw.io/rack), so one node or rack going down does not take every
-  replica with it; a preference, never a filter: a model with more replicas
-  than nodes still places them all;
+- the fewest replicas of the model already on the node, then in its room,
+  row, rack and PDU (labels llmgw.io/room ... llmgw.io/pdu, where named),
+  so one node, rack or breaker going down does not take every replica with
+  it; a preference, never a filter: a model with more replicas than racks
+  still places them all;
 - weights already on the node first (a preference, never a filter: fetching
   them is a valid answer, refusing to place is not);
 - a single-node GPU shard best-fits the fewest free GPUs of its class, so
@@ -30,11 +31,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from functools import partial
 
-from . import multinode, refusals
+from . import multinode, power, refusals
 from .checks import NodeState, Replicas, fabric_adapters, static_refusal
 from .index import Eligible, StaticKey, Tier, fit, static_key, tier_of
 from .types import (
-    RACK,
     Decision,
     Explanation,
     NodeView,
@@ -60,17 +60,25 @@ class Inventory:
             self._by_name[n.view.name] = n
         self._holders: dict[str, list[int]] = {}
         self._replicas = Replicas()
-        # Rack -> its nodes.
-        self._racks: dict[str, list[int]] = {}
+        # (level, value) -> its nodes, for every spread level a node names.
+        self._members: dict[tuple[str, str], list[int]] = {}
+        # Capped domain -> its power, shared by its nodes' states.
+        self._power: dict[str, power.DomainPower] = {}
         for n in self._nodes:
             for model in n.view.holds_weights:
                 self._holders.setdefault(model, []).append(n.ordinal)
             for model, count in n.view.models.items():
                 if count:
                     self._replicas.add(model, n, count)
-            rack = n.view.labels.get(RACK)
-            if rack is not None:
-                self._racks.setdefault(rack, []).append(n.ordinal)
+            for domain in n.domains:
+                if domain[1] is not None:
+                    self._members.setdefault(domain, []).append(n.ordinal)  # type: ignore[arg-type]
+            for key, cap in n.view.budgets:
+                d = self._power.get(key)
+                if d is None:
+                    d = self._power[key] = power.DomainPower(key, cap)
+                d.count(n.view.declared_w, n.view.derived_w, n.view.measured_w)
+                n.power.append(d)
         # Built on first use of each kind of profile, then kept up to date.
         self._eligible_by_key: dict[StaticKey, Eligible] = {}
         self._pending: weakref.WeakSet[Explanation] = weakref.WeakSet()
@@ -90,23 +98,26 @@ class Inventory:
         return self._by_name[name]
 
     def spread(self, name: str, model: str) -> tuple[int, int]:
-        """The model's replicas on the node and in its rack, as this copy
-        counts them, decisions applied."""
+        """The model's replicas on the node and its spread score, as this
+        copy counts them, decisions applied."""
         return self._replicas.of(self._by_name[name], model)
 
     def copy(self) -> Inventory:
         other = Inventory.__new__(Inventory)
         other._nodes = []
         other._replicas = self._replicas.copy()
+        other._power = {k: d.copy() for k, d in self._power.items()}
         for n in self._nodes:
             m = NodeState.__new__(NodeState)
             for slot in NodeState.__slots__:
                 setattr(m, slot, getattr(n, slot))
             m.free = {cls: list(free) for cls, free in n.free.items()}
+            if n.power:
+                m.power = [other._power[d.key] for d in n.power]
             other._nodes.append(m)
         other._by_name = {n.view.name: n for n in other._nodes}
         other._holders = self._holders
-        other._racks = self._racks
+        other._members = self._members
         other._eligible_by_key = {k: e.copy() for k, e in self._eligible_by_key.items()}
         other._pending = weakref.WeakSet()
         return other
@@ -161,10 +172,23 @@ class Inventory:
         near = set(self._holders.get(model, ()))
         for o in self._replicas.on_node.get(model, ()):
             near.add(o)
-            rack = self._nodes[o].view.labels.get(RACK)
-            if rack is not None:
-                near.update(self._racks[rack])
+            for domain in self._nodes[o].domains:
+                if domain[1] is not None:
+                    near.update(self._members[domain])  # type: ignore[index]
         return near
+
+    def _neighbours(self, n: NodeState) -> list[NodeState]:
+        """The other nodes sharing a spread domain with the node."""
+        seen: set[int] = {n.ordinal}
+        out: list[NodeState] = []
+        for domain in n.domains:
+            if domain[1] is None:
+                continue
+            for o in self._members[domain]:  # type: ignore[index]
+                if o not in seen:
+                    seen.add(o)
+                    out.append(self._nodes[o])
+        return out
 
     def _pick_cpu(self, model: str, p: Profile) -> tuple[NodeState, tuple[int, ...]] | None:
         eligible = self._eligible(p)
@@ -201,7 +225,7 @@ class Inventory:
         return out
 
     def _decide_multi(self, model: str, p: Profile) -> Decision | None:
-        chosen = multinode.plan(self._candidates(p), p, model, self._replicas)
+        chosen = multinode.plan(self._candidates(p), p, model, self._replicas, bool(self._power))
         if chosen is None:
             return None
         return self._decision(model, p, chosen.fabric, chosen.chosen)
@@ -226,6 +250,7 @@ class Inventory:
                     cpu_cores=p.cpu_cores,
                     memory_bytes=p.memory_bytes,
                     holds_weights=model in n.view.holds_weights,
+                    power_w=power.shard_watts(n, p, gpus),
                 )
             )
         env = {}
@@ -272,15 +297,13 @@ class Inventory:
             # What in_use says of the views once this shard is among them,
             # whatever it claims.
             n.used = True
-            # One more of the model's replicas on the node and in its rack:
-            # the rack's other nodes move tier for the model too.
-            rack = n.view.labels.get(RACK)
-            others: list[NodeState] = []
-            was_others: list[Tier] = []
+            if n.power:
+                power.apply(n, shard.power_w)
+            # One more of the model's replicas on the node and in its
+            # domains: their other nodes move tier for the model too.
             replicas = self._replicas
-            if rack is not None:
-                others = [self._nodes[o] for o in self._racks[rack] if o != n.ordinal]
-                was_others = [tier_of(replicas, m, model) for m in others]
+            others = self._neighbours(n)
+            was_others: list[Tier] = [tier_of(replicas, m, model) for m in others]
             was = tier_of(replicas, n, model)
             replicas.add(model, n)
             now = tier_of(replicas, n, model)
@@ -289,7 +312,7 @@ class Inventory:
                 if cls is None:
                     continue
                 mine = e.spread.get(model)
-                # The rack's count went up for its nodes this kind may use,
+                # The domains' counts went up for their nodes this kind may use,
                 # whether or not it may use this one.
                 if mine is not None and others:
                     for o, t in zip(others, was_others, strict=True):
@@ -317,7 +340,7 @@ class Inventory:
     def _explain(self, model: str, p: Profile, decision: Decision | None) -> tuple[Rejection, ...]:
         ok = self._eligible(p).ok
         return refusals.rejections(
-            self._nodes, self._by_name, ok, self._replicas, model, p, decision
+            self._nodes, self._by_name, ok, self._replicas, model, p, decision, bool(self._power)
         )
 
 
@@ -372,6 +395,15 @@ def apply_to_views(nodes: Iterable[NodeView], decision: Decision) -> list[NodeVi
                 claimed_memory_bytes=v.claimed_memory_bytes + s.memory_bytes,
                 claimed_cores=v.claimed_cores + s.cpu_cores,
                 models={**v.models, decision.model: v.models.get(decision.model, 0) + 1},
+                **_watts_after(v, s.power_w),
             )
         )
     return out
+
+
+def _watts_after(v: NodeView, watts: float | None) -> dict[str, float | None]:
+    # As power.apply counts a shard on a copy of the fleet.
+    if not watts:
+        return {}
+    measured = None if v.measured_w is None else v.measured_w + watts
+    return {"declared_w": (v.declared_w or 0.0) + watts, "measured_w": measured}

@@ -24,6 +24,18 @@ from llmgw.units import GiB
 READY = "Ready"
 # The node label naming its rack: replicas of one model spread over racks too.
 RACK = "llmgw.io/rack"
+# Facility levels a node names with llmgw.io/<level> labels: the tree site >
+# room > row > rack, and the PDU beside it (a rack may have two).
+LEVELS = ("site", "room", "row", "rack", "pdu")
+# What a model's replicas spread over, largest first: one breaker trip or
+# one rack's switch failing must not take every replica with it.
+SPREAD_LEVELS = ("room", "row", "rack", "pdu")
+# What a multi-node replica may be kept inside (Profile.keep_within).
+KEEP_WITHIN = ("rack", "row", "room")
+
+
+def level_label(level: str) -> str:
+    return f"llmgw.io/{level}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +48,8 @@ class GpuView:
     # The agent's words for why (an ECC fault, a foreign process); shown in refusals.
     unhealthy_reason: str = ""
     allocated: bool = False
+    # The card's enforced power limit (NVML), watts; None = not reported.
+    power_limit_w: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +95,17 @@ class NodeView:
     fabric_leaves: Mapping[str, str] = field(default_factory=dict)
     # Fabrics on which a cable of this node trained below its kind's rate.
     degraded_fabrics: frozenset[str] = frozenset()
+    # The held facility domain the node is in and why ("rack r01 (PDU
+    # maintenance)"); "" when it is in none.
+    held: str = ""
+    # Watts, None when unknown (never 0): what its shards' profiles declare,
+    # its GPUs' enforced limits (derived), and GPU plus CPU package power
+    # as last measured.
+    declared_w: float | None = None
+    derived_w: float | None = None
+    measured_w: float | None = None
+    # The power-capped domains the node is in: ("rack=r07", cap in watts).
+    budgets: tuple[tuple[str, float], ...] = ()
 
     @property
     def shards(self) -> int:
@@ -108,6 +133,10 @@ class Profile:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     # Declared fabric for a multi-node replica; None lets placement pick one.
     fabric: str | None = None
+    # Watts one shard draws, as the operator declares it; None = not said.
+    power_w: float | None = None
+    # A multi-node replica's nodes all in one rack, row or room; None = anywhere.
+    keep_within: str | None = None
 
     def __post_init__(self) -> None:
         if self.gpu_class is None and self.gpus_per_shard:
@@ -118,6 +147,8 @@ class Profile:
             raise ValueError(f"profile {self.name}: nodes and tensor parallel start at 1")
         if min(self.min_memory_gb, self.memory_gb, self.cpu_cores) < 0:
             raise ValueError(f"profile {self.name}: memory and cores cannot be negative")
+        if self.keep_within is not None and self.keep_within not in KEEP_WITHIN:
+            raise ValueError(f"profile {self.name}: keep_within is one of {', '.join(KEEP_WITHIN)}")
 
     # gib_bytes, inlined: the scheduler reads these once per node it judges.
     @property
@@ -166,6 +197,9 @@ class Reason(StrEnum):
     FABRIC_TOO_SMALL = "fabric_too_small"
     NOT_PREFERRED = "not_preferred"
     NVLINK_DOMAIN = "nvlink_domain"
+    HELD = "facility_held"
+    POWER_CAP = "power_cap"
+    KEEP_WITHIN = "keep_within"
 
     @property
     def summary(self) -> str:
@@ -188,6 +222,9 @@ _TITLES = {
     Reason.FABRIC_TOO_SMALL: "fabric has too few nodes that fit",
     Reason.NOT_PREFERRED: "fits, another node was preferred",
     Reason.NVLINK_DOMAIN: "kept out of its NVLink domain",
+    Reason.HELD: "in a held facility domain",
+    Reason.POWER_CAP: "would take a facility domain past its power cap",
+    Reason.KEEP_WITHIN: "too few nodes that fit within one facility domain",
 }
 
 
@@ -209,6 +246,9 @@ class Shard:
     cpu_cores: int
     memory_bytes: int
     holds_weights: bool
+    # Watts the shard adds to its node's draw (declared, else its cards'
+    # limits); None when neither is known.
+    power_w: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

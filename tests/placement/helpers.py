@@ -17,6 +17,7 @@ def gpu_node(
     unhealthy: dict[int, str] | None = None,
     memory_gb: float | None = 512,
     cpus: int | None = 64,
+    gpu_power_limit: float | None = None,
     **kw: Any,
 ) -> NodeView:
     sick = unhealthy or {}
@@ -28,6 +29,7 @@ def gpu_node(
             healthy=i not in sick,
             unhealthy_reason=sick.get(i, ""),
             allocated=i in allocated,
+            power_limit_w=gpu_power_limit,
         )
         for i in range(n)
     )
