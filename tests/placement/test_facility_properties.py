@@ -1,0 +1,146 @@
+"""Facility invariants over random fleets: no replica in a held domain, no
+capped domain past its cap by the largest known draw, keep_within holds,
+and spread never refuses a replica that fits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmgw.placement.scheduler import Inventory, apply_to_views, place
+from llmgw.placement.types import GpuView, NodeView, Profile
+
+MODEL = "m"
+WHERE = {
+    "room": [None, "m1", "m2"],
+    "row": [None, "w1", "w2"],
+    "rack": [None, "r1", "r2", "r3"],
+    "pdu": [None, "p1", "p2"],
+}
+WATTS = st.one_of(st.none(), st.integers(0, 8).map(lambda k: k * 500.0))
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> tuple[list[NodeView], list[Profile]]:
+    caps = draw(
+        st.dictionaries(
+            st.sampled_from(["rack=r1", "rack=r2", "pdu=p1", "row=w1", "room=m2", "n0"]),
+            st.integers(1, 12).map(lambda k: k * 1000.0),
+            max_size=3,
+        )
+    )
+    nodes = []
+    for i in range(draw(st.integers(1, 8))):
+        name = f"n{i}"
+        where = {level: draw(st.sampled_from(values)) for level, values in WHERE.items()}
+        labels = {f"llmgw.io/{k}": v for k, v in where.items() if v is not None}
+        keys = [f"{k}={v}" for k, v in where.items() if v is not None] + [name]
+        count = draw(st.integers(0, 8))
+        limit = draw(st.one_of(st.none(), st.sampled_from([300.0, 700.0])))
+        gpus = tuple(
+            GpuView(
+                index=g,
+                uuid=f"GPU-{name}-{g}",
+                gpu_class="H100",
+                allocated=draw(st.integers(0, 3)) == 0,
+                power_limit_w=limit,
+            )
+            for g in range(count)
+        )
+        nodes.append(
+            NodeView(
+                name=name,
+                cpus=64,
+                memory_total_bytes=2**40,
+                labels=labels,
+                gpus=gpus,
+                fabrics={"ib-a": ("mlx5_0",)},
+                models=draw(st.sampled_from([{}, {}, {MODEL: 1}])),
+                held=draw(st.sampled_from(["", "", "", "rack r1 (work)"])),
+                declared_w=draw(WATTS),
+                derived_w=draw(WATTS),
+                measured_w=draw(WATTS),
+                budgets=tuple((k, caps[k]) for k in keys if k in caps),
+            )
+        )
+    profiles = []
+    for j in range(draw(st.integers(1, 2))):
+        gpu = draw(st.booleans())
+        profiles.append(
+            Profile(
+                name=f"p{j}",
+                priority=j,
+                gpu_class="H100" if gpu else None,
+                gpus_per_shard=draw(st.integers(1, 4)) if gpu else 0,
+                nodes_per_replica=draw(st.sampled_from([1, 1, 2])) if gpu else 1,
+                power_w=draw(WATTS),
+                keep_within=draw(st.sampled_from([None, None, "rack", "row"])),
+            )
+        )
+    return nodes, profiles
+
+
+def largest(v: NodeView) -> float | None:
+    known = [w for w in (v.declared_w, v.derived_w, v.measured_w) if w is not None]
+    return max(known) if known else None
+
+
+def domain_draw(nodes: list[NodeView], key: str) -> float:
+    return sum(largest(v) or 0.0 for v in nodes if key in dict(v.budgets))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets())
+def test_facility_rules_hold_for_every_placement(
+    fleet: tuple[list[NodeView], list[Profile]],
+) -> None:
+    nodes, ps = fleet
+    by_profile = {p.name: p for p in ps}
+    inv = Inventory(nodes)
+    for _ in range(4):
+        result = inv.place(MODEL, ps)
+        assert result.decision == place(MODEL, ps, nodes).decision
+        d = result.decision
+        if d is None:
+            break
+        by_name = {v.name: v for v in nodes}
+        p = by_profile[d.profile]
+        # No replica in a held domain.
+        assert all(not by_name[n].held for n in d.nodes)
+        # keep_within: every node of the replica names the same domain.
+        if p.keep_within is not None and p.nodes_per_replica > 1:
+            label = f"llmgw.io/{p.keep_within}"
+            values = {by_name[n].labels.get(label) for n in d.nodes}
+            assert len(values) == 1 and None not in values
+        inv.apply(d)
+        nodes = apply_to_views(nodes, d)
+        # No capped domain of the replica's nodes past its cap.
+        for n in d.nodes:
+            for key, cap in by_name[n].budgets:
+                assert domain_draw(nodes, key) <= cap, (key, cap)
+
+
+def unlabelled(v: NodeView) -> NodeView:
+    return replace(v, labels={})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets())
+def test_spread_never_refuses_a_replica_that_fits(
+    fleet: tuple[list[NodeView], list[Profile]],
+) -> None:
+    nodes, ps = fleet
+    # keep_within is a hard rule on the labels; spread alone is tested here.
+    ps = [replace(p, keep_within=None) for p in ps]
+    inv = Inventory(nodes)
+    for _ in range(4):
+        d = inv.place(MODEL, ps).decision
+        # The same fleet as it stands, without a room, row, rack or PDU named.
+        flat = place(MODEL, ps, [unlabelled(v) for v in nodes]).decision
+        assert (d is None) == (flat is None)
+        if d is None:
+            break
+        inv.apply(d)
+        nodes = apply_to_views(nodes, d)
