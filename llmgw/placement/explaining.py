@@ -49,6 +49,30 @@ def attempt_lines(data: dict[str, Any]) -> list[str]:
             count = f"{reason['count']} node" + ("" if reason["count"] == 1 else "s")
             out.append(f"  {reason['summary']} ({count}, {reason['code']}):")
             out.extend(f"    {n['message']}" for n in reason["nodes"])
+            hidden = reason["count"] - len(reason["nodes"])
+            if hidden > 0:
+                out.append(f"    and {hidden} more (every node: ctl explain --all)")
     if not data.get("attempts"):
         out.append("no profiles to place")
     return out
+
+
+def shortened(data: dict[str, Any], most: int) -> dict[str, Any]:
+    """An explanation naming at most `most` nodes a reason, its lines
+    rendered again (each reason keeps its count, so they say how many
+    more). At 5,000 nodes the full list is a megabyte nobody reads whole."""
+    heading = data["lines"][: len(data["lines"]) - len(lines(data))]
+    short = {
+        **data,
+        "attempts": [
+            {**a, "reasons": [{**r, "nodes": r["nodes"][:most]} for r in a["reasons"]]}
+            for a in data.get("attempts", [])
+        ],
+    }
+    # The text ends with the attempts; what comes before them is kept.
+    text = data.get("text")
+    if isinstance(text, str):
+        full = "\n".join(attempt_lines(data))
+        if text.endswith(full):
+            short["text"] = text[: len(text) - len(full)] + "\n".join(attempt_lines(short))
+    return {**short, "lines": heading + lines(short)}

@@ -6,7 +6,8 @@ answer is the model as it serves)."""
 from __future__ import annotations
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -18,6 +19,7 @@ from llmgw.catalog.api.serializers import CountsSerializer, ResourcesSerializer
 from llmgw.catalog.loader import CatalogError
 from llmgw.catalog.models import Model
 from llmgw.placement import services as placement
+from llmgw.placement.explaining import shortened
 from llmgw.serving import placing
 from llmgw.serving import services as serving
 from llmgw.serving.api.serializers import ModelSerializer
@@ -65,11 +67,28 @@ class ModelViewSet(ActionRoles, viewsets.GenericViewSet):
             )
         return self.retrieve(request, name)
 
-    @extend_schema(responses=serializers.DictField())
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "nodes",
+                OpenApiTypes.STR,
+                description='"all" (the default) or how many nodes to name a reason; '
+                "each reason keeps its count",
+            )
+        ],
+        responses=serializers.DictField(),
+    )
     @action(detail=True, methods=["get"])
     def explain(self, request: Request, name: str) -> Response:
         self.get_object()
-        return Response(placing.explain(name))
+        most = request.query_params.get("nodes", "all")
+        if most != "all" and not (most.isdigit() and len(most) <= 6):
+            return Response(
+                {"detail": f'nodes: "all" or a whole number, not {most!r}'},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        data = placing.explain(name)
+        return Response(data if most == "all" else shortened(data, int(most)))
 
     @extend_schema(responses=serializers.DictField())
     @action(detail=True, methods=["get"])
