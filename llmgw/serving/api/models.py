@@ -82,7 +82,7 @@ class ModelViewSet(ActionRoles, viewsets.GenericViewSet):
     def explain(self, request: Request, name: str) -> Response:
         self.get_object()
         most = request.query_params.get("nodes", "all")
-        if most != "all" and not (most.isdigit() and len(most) <= 6):
+        if most != "all" and not (most.isascii() and most.isdigit() and len(most) <= 6):
             return Response(
                 {"detail": f'nodes: "all" or a whole number, not {most!r}'},
                 status=status.HTTP_400_BAD_REQUEST,
