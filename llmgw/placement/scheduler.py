@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from functools import partial
 
-from . import multinode, power, refusals
+from . import multinode, power, refusals, reindex
 from .checks import NodeState, Replicas, fabric_adapters, static_refusal
 from .index import Eligible, StaticKey, Tier, fit, static_key, tier_of
 from .types import (
@@ -81,7 +81,11 @@ class Inventory:
                 n.power.append(d)
         # Built on first use of each kind of profile, then kept up to date.
         self._eligible_by_key: dict[StaticKey, Eligible] = {}
+        # A profile of each kind, to judge a replaced node by (replaced).
+        self._kinds: dict[StaticKey, Profile] = {}
         self._pending: weakref.WeakSet[Explanation] = weakref.WeakSet()
+        # The nodes no other copy shares, which apply may change in place.
+        self._owned: set[int] = set(range(len(self._nodes)))
 
     def _eligible(self, p: Profile) -> Eligible:
         key = static_key(p)
@@ -91,6 +95,7 @@ class Inventory:
                 ok = [n for n in self._nodes if static_refusal(n, p) is None]
                 eligible = Eligible(p.gpu_class, ok)
             self._eligible_by_key[key] = eligible
+            self._kinds[key] = p
         return eligible
 
     def node(self, name: str) -> NodeState:
@@ -103,24 +108,98 @@ class Inventory:
         return self._replicas.of(self._by_name[name], model)
 
     def copy(self) -> Inventory:
+        """Nodes are shared until a decision is applied to one (_own): a dry
+        run copies a fleet of thousands and changes a handful of them."""
         other = Inventory.__new__(Inventory)
-        other._nodes = []
+        other._nodes = list(self._nodes)
+        other._by_name = dict(self._by_name)
+        # From here both sides share every node: neither changes one in place.
+        self._owned, other._owned = set(), set()
         other._replicas = self._replicas.copy()
         other._power = {k: d.copy() for k, d in self._power.items()}
         for n in self._nodes:
-            m = NodeState.__new__(NodeState)
-            for slot in NodeState.__slots__:
-                setattr(m, slot, getattr(n, slot))
-            m.free = {cls: list(free) for cls, free in n.free.items()}
             if n.power:
-                m.power = [other._power[d.key] for d in n.power]
-            other._nodes.append(m)
-        other._by_name = {n.view.name: n for n in other._nodes}
+                other._own(n.view.name).power = [other._power[d.key] for d in n.power]
         other._holders = self._holders
         other._members = self._members
+        other._kinds = self._kinds
         other._eligible_by_key = {k: e.copy() for k, e in self._eligible_by_key.items()}
         other._pending = weakref.WeakSet()
         return other
+
+    def _own(self, name: str) -> NodeState:
+        n = self._by_name[name]
+        if n.ordinal in self._owned:
+            return n
+        m = NodeState.__new__(NodeState)
+        for slot in NodeState.__slots__:
+            setattr(m, slot, getattr(n, slot))
+        m.free = {cls: list(free) for cls, free in n.free.items()}
+        self._nodes[n.ordinal] = self._by_name[name] = m
+        self._owned.add(n.ordinal)
+        return m
+
+    def replaced(self, views: Iterable[NodeView]) -> Inventory:
+        """A copy with these nodes as the views now say (see replace)."""
+        other = self.copy()
+        other.replace(views)
+        return other
+
+    def replace(self, views: Iterable[NodeView]) -> None:
+        """These nodes as the views now say (a node stopped reporting, a
+        replica was released), as a fresh Inventory would index them,
+        re-indexing only those nodes and their domains' neighbours: what-if
+        fails each rack of a large fleet in turn. Where a node sits and what
+        weights it holds must not change."""
+        self._materialize()
+        changed: list[tuple[NodeState, NodeState]] = []
+        for v in views:
+            old = self._by_name.get(v.name)
+            if old is None:
+                raise ValueError(f"node {v.name} is not in the inventory")
+            if v.labels != old.view.labels or v.holds_weights != old.view.holds_weights:
+                raise ValueError(f"node {v.name}: replaced views keep labels and weights")
+            changed.append((old, NodeState(old.ordinal, v)))
+        replicas = self._replicas
+        # Models whose counts change, and the nodes whose tier for them may.
+        models = {m for old, _ in changed for m, c in replicas.on_node.items() if old.ordinal in c}
+        models |= {m for _, new in changed for m in new.view.models}
+        near = {o.ordinal: o for old, _ in changed for o in (old, *self._neighbours(old))}
+        taken = {
+            key: reindex.take_out(e, changed, models, list(near.values()), replicas)
+            for key, e in self._eligible_by_key.items()
+        }
+        for old, new in changed:
+            reindex.recount(replicas, old, new)
+            self._nodes[new.ordinal] = self._by_name[new.view.name] = new
+            self._owned.add(new.ordinal)
+        self._repower(changed)
+        for key, e in self._eligible_by_key.items():
+            reindex.put_back(e, changed, self._kinds[key], taken[key], self._nodes, replicas)
+
+    def _materialize(self) -> None:
+        # Explanations still unread were judged against the state before a
+        # change. (Most are dropped unread: iterating an empty WeakSet still costs.)
+        if self._pending:
+            for explanation in list(self._pending):
+                explanation.materialize()
+            self._pending = weakref.WeakSet()
+
+    def _repower(self, changed: list[tuple[NodeState, NodeState]]) -> None:
+        """Count the capped domains of replaced nodes again, from their nodes."""
+        keys = {d.key for old, _ in changed for d in old.power}
+        keys |= {key for _, new in changed for key, _ in new.view.budgets}
+        if not keys:
+            return
+        for key in keys:
+            cap = next(c for n in self._nodes for k, c in n.view.budgets if k == key)
+            self._power[key] = power.DomainPower(key, cap)
+        for n in self._nodes:
+            if any(k in keys for k, _ in n.view.budgets):
+                n = self._own(n.view.name)
+                n.power = [self._power[k] for k, _ in n.view.budgets]
+                for key in keys & {k for k, _ in n.view.budgets}:
+                    self._power[key].count(n.declared_w, n.view.derived_w, n.measured_w)
 
     # -- deciding ---------------------------------------------------------
 
@@ -268,15 +347,10 @@ class Inventory:
 
     def apply(self, decision: Decision) -> None:
         """Record a decision's claims on this copy of the fleet."""
-        # Explanations still unread were judged against the state before this.
-        # (Most are dropped unread: iterating an empty WeakSet still costs.)
-        if self._pending:
-            for explanation in list(self._pending):
-                explanation.materialize()
-            self._pending = weakref.WeakSet()
+        self._materialize()
         model = decision.model
         for shard in decision.shards:
-            n = self._by_name[shard.node]
+            n = self._own(shard.node)
             before = {cls: n.gpu_shape(cls) for cls in n.free}
             for index in shard.gpu_indices:
                 # An index is free in its own class's list or nowhere.

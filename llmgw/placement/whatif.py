@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .scheduler import Inventory, apply_to_views
-from .types import Decision, NodeView, Placement, Profile
+from .types import Decision, NodeView, Placement, Profile, Shard
 
 # What a node that stopped reporting is, as the inventory says it.
 FAILED_STATE = "NotReady"
@@ -59,6 +59,7 @@ class Fleet:
     # Domain ("rack=r07", or a node's name) -> its nodes; built on first use.
     _domains: dict[str, list[str]] | None = None
     _base: Inventory | None = None
+    _by_name: dict[str, NodeView] | None = None
 
     def domains(self) -> dict[str, list[str]]:
         if self._domains is None:
@@ -66,9 +67,19 @@ class Fleet:
         return self._domains
 
     def base(self) -> Inventory:
+        """The fleet indexed once, every held model's grids built, so each
+        failure's copy starts from them rather than building its own."""
         if self._base is None:
             self._base = Inventory(self.views)
+            for model in sorted({r.model for r in self.replicas}):
+                for p in self.profiles.get(model, ()):
+                    self._base.decide(model, p)
         return self._base
+
+    def by_name(self) -> dict[str, NodeView]:
+        if self._by_name is None:
+            self._by_name = {v.name: v for v in self.views}
+        return self._by_name
 
 
 def domain_members(views: Iterable[NodeView]) -> dict[str, list[str]]:
@@ -137,40 +148,45 @@ class Outcome:
 
 def released(views: Iterable[NodeView], decisions: Iterable[Decision]) -> list[NodeView]:
     """The views once these decisions' claims are gone: apply_to_views undone."""
-    freed: dict[str, list[tuple[str, int, int, frozenset[int]]]] = defaultdict(list)
+    freed: dict[str, list[tuple[str, Shard]]] = defaultdict(list)
     for d in decisions:
         for s in d.shards:
-            freed[s.node].append((d.model, s.memory_bytes, s.cpu_cores, frozenset(s.gpu_indices)))
+            freed[s.node].append((d.model, s))
     out: list[NodeView] = []
     for v in views:
         shards = freed.get(v.name)
-        if not shards:
-            out.append(v)
-            continue
-        models = dict(v.models)
-        gpus: set[int] = set()
-        memory = cores = 0
-        for model, mem, cpu, indices in shards:
-            models[model] = models.get(model, 0) - 1
-            if models[model] <= 0:
-                del models[model]
-            memory, cores, gpus = memory + mem, cores + cpu, gpus | indices
-        out.append(
-            replace(
-                v,
-                models=models,
-                claimed_memory_bytes=max(v.claimed_memory_bytes - memory, 0),
-                claimed_cores=max(v.claimed_cores - cores, 0),
-                gpus=tuple(replace(g, allocated=False) if g.index in gpus else g for g in v.gpus),
-            )
-        )
+        if shards:
+            v = _release(v, shards)
+        out.append(v)
     return out
 
 
-def failed_views(views: Iterable[NodeView], nodes: Iterable[str]) -> dict[str, NodeView]:
-    """The fleet's views, by name, once the domain's nodes stopped reporting."""
-    gone = set(nodes)
-    return {v.name: replace(v, state=FAILED_STATE) if v.name in gone else v for v in views}
+def _release(v: NodeView, shards: list[tuple[str, Shard]]) -> NodeView:
+    models = dict(v.models)
+    gpus: set[int] = set()
+    memory = cores = 0
+    watts = 0.0
+    for model, s in shards:
+        models[model] = models.get(model, 0) - 1
+        if models[model] <= 0:
+            del models[model]
+        memory, cores = memory + s.memory_bytes, cores + s.cpu_cores
+        gpus.update(s.gpu_indices)
+        watts += s.power_w or 0.0
+    declared, measured = v.declared_w, v.measured_w
+    if watts:
+        # As apply_to_views counted the shard's watts, taken back.
+        declared = None if declared is None else max(declared - watts, 0.0)
+        measured = None if measured is None else max(measured - watts, 0.0)
+    return replace(
+        v,
+        models=models,
+        claimed_memory_bytes=max(v.claimed_memory_bytes - memory, 0),
+        claimed_cores=max(v.claimed_cores - cores, 0),
+        gpus=tuple(replace(g, allocated=False) if g.index in gpus else g for g in v.gpus),
+        declared_w=declared,
+        measured_w=measured,
+    )
 
 
 def lost_replicas(fleet: Fleet, nodes: Sequence[str]) -> list[Lost]:
@@ -206,28 +222,51 @@ def fail(fleet: Fleet, domain: str, *, explain: bool = True) -> Outcome:
     if not outcome.lost:
         outcome.inventory = fleet.base()
         return outcome
-    views = failed_views(fleet.views, nodes)
+    by_name = fleet.by_name()
+    # Only the nodes that change are kept here, as they now read.
+    views = {n: replace(by_name[n], state=FAILED_STATE) for n in nodes}
     by_model: dict[str, list[Lost]] = defaultdict(list)
     for lost in outcome.lost:
         by_model[lost.replica.model].append(lost)
-    inv: Inventory | None = None
+    inv = fleet.base()
+    # The failed nodes go with the first model's release, in one copy.
+    touched = set(nodes)
     for model, losses in by_model.items():
-        freed = released(views.values(), (lost.replica.decision for lost in losses))
-        views = {v.name: v for v in freed}
-        inv = Inventory(views.values())
-        profiles = fleet.profiles.get(model, ())
-        for lost in losses:
-            lost.decision = decide(inv, model, profiles)
-            if lost.decision is None:
-                if explain:
-                    lost.placement = inv.place(model, profiles)
-                # Nothing changes before its next one is tried: refused too,
-                # as the reconciler stops a model at its first refusal.
-                break
-            inv.apply(lost.decision)
-            views = {v.name: v for v in apply_to_views(views.values(), lost.decision)}
+        decisions = [lost.replica.decision for lost in losses]
+        touched |= {s.node for d in decisions for s in d.shards}
+        freed = released([views.get(n) or by_name[n] for n in sorted(touched)], decisions)
+        views.update((v.name, v) for v in freed)
+        if inv is fleet.base():
+            inv = inv.replaced(freed)
+        else:
+            inv.replace(freed)
+        touched = set()
+        _replace_model(fleet, inv, views, model, losses, explain)
     outcome.inventory = inv
     return outcome
+
+
+def _replace_model(
+    fleet: Fleet,
+    inv: Inventory,
+    views: dict[str, NodeView],
+    model: str,
+    losses: list[Lost],
+    explain: bool,
+) -> None:
+    profiles = fleet.profiles.get(model, ())
+    by_name = fleet.by_name()
+    for lost in losses:
+        lost.decision = decide(inv, model, profiles)
+        if lost.decision is None:
+            if explain:
+                lost.placement = inv.place(model, profiles)
+            # Nothing changes before its next one is tried: refused too, as
+            # the reconciler stops a model at its first refusal.
+            return
+        inv.apply(lost.decision)
+        mine = [views.get(n) or by_name[n] for n in lost.decision.nodes]
+        views.update((v.name, v) for v in apply_to_views(mine, lost.decision))
 
 
 def sweep(fleet: Fleet, levels: Sequence[str] = SWEPT) -> tuple[int, list[Outcome]]:
