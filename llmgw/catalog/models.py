@@ -67,6 +67,11 @@ class Engine(models.Model):
     version = models.CharField(max_length=64)
     # Platform ("ubuntu-x64", "ubuntu-x64-cuda-12.4", ...) -> {url, sha256}.
     builds = models.JSONField(default=dict, blank=True)
+    # {requirements: ["name==version --hash=sha256:..."], index_url, needs}: installed with
+    # pip --require-hashes into a virtualenv of its own where no archive fits the node.
+    package = models.JSONField(default=dict, blank=True)
+    # Serves the same archives by file name, and the package's wheels under wheels/.
+    mirror = models.CharField(max_length=1024, blank=True, default="")
     default = models.BooleanField(default=False)
 
     class Meta:

@@ -88,7 +88,12 @@ def apply(parsed: Parsed) -> dict[str, int]:
         Engine.objects.update_or_create(
             name=spec["name"],
             version=spec["version"],
-            defaults={"builds": spec["builds"], "default": spec["default"]},
+            defaults={
+                "builds": spec["builds"],
+                "package": spec["package"],
+                "mirror": spec["mirror"],
+                "default": spec["default"],
+            },
         )
     profiles = 0
     for spec in parsed.models:
