@@ -44,7 +44,14 @@ LIMITS: dict[str, tuple[int, int]] = {
     "min_memory_gb": (0, MAX_MEMORY_GB),
     "memory_gb": (0, MAX_MEMORY_GB),
     "cpu_cores": (0, 65_536),
+    # A megawatt: past any one shard, and past any row's breaker.
+    "power_w": (0, 1_000_000),
 }
+# Facility domains a budget caps (facility.budgets): LEVEL=VALUE or a node name.
+LEVELS = ("site", "room", "row", "rack", "pdu")
+KEEP_WITHIN = ("rack", "row", "room")
+# A facility budget: a whole site's is tens of megawatts, still far below this.
+MAX_BUDGET_W = 1e9
 
 
 class CatalogError(Exception):
@@ -57,6 +64,8 @@ class CatalogError(Exception):
 class Parsed:
     engines: list[dict[str, Any]] = field(default_factory=list)
     models: list[dict[str, Any]] = field(default_factory=list)
+    # facility.budgets as [{domain, watts}]; None when the file has no facility:.
+    budgets: list[dict[str, Any]] | None = None
     # "models[0].profiles[1]" -> line, for errors found after parsing.
     lines: dict[str, int] = field(default_factory=dict)
 
@@ -154,7 +163,8 @@ _KINDS = {
     "list[str]": "a list",
     "map[str]": "a mapping",
 }
-TOP = {"engines": "node", "models": "node"}
+TOP = {"engines": "node", "models": "node", "facility": "node"}
+FACILITY = {"budgets": "node"}
 ENGINE = {"version": "str", "builds": "node", "default": "bool", "package": "node", "mirror": "str"}
 BUILD = {"url": "str", "sha256": "str"}
 PACKAGE = {"requirements": "list[str]", "index_url": "str", "needs": "str"}
@@ -182,6 +192,8 @@ PROFILE = {
     "args": "list[str]",
     "node_selector": "map[str]",
     "fabric": "str",
+    "power_w": "number",
+    "keep_within": "str",
 }
 
 
@@ -227,6 +239,8 @@ def parse(text: str) -> Parsed:
             r.error(node, "models", "expected a list of models")
         else:
             parsed.models = [_model(r, item, f"models[{i}]") for i, item in enumerate(node.value)]
+    if "facility" in top:
+        parsed.budgets = _facility(r, top["facility"])
     _unique(r, root, parsed.models, "models", "name")
     if r.errors:
         raise CatalogError(r.errors)
@@ -341,7 +355,51 @@ def _profile(r: _Reader, node: yaml.Node, path: str) -> dict[str, Any]:
     for key in ("tensor_parallel", "nodes_per_replica"):
         if key in p and p[key] < 1:
             r.error(node, f"{path}.{key}", "must be at least 1")
+    if "keep_within" in p and p["keep_within"] not in KEEP_WITHIN:
+        r.error(node, f"{path}.keep_within", f"expected one of: {', '.join(KEEP_WITHIN)}")
     return p
+
+
+def _facility(r: _Reader, node: yaml.Node) -> list[dict[str, Any]]:
+    """facility.budgets: domain (LEVEL=VALUE or a node name) -> watts."""
+    facility = r.mapping(node, "facility", FACILITY, set())
+    budgets_node = facility.get("budgets")
+    if budgets_node is None:
+        return []
+    if not isinstance(budgets_node, yaml.MappingNode):
+        r.error(budgets_node, "facility.budgets", "expected a mapping of domain to watts")
+        return []
+    budgets: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for key_node, value_node in budgets_node.value:
+        where = f"facility.budgets.{key_node.value}"
+        domain = _domain(r, key_node, where)
+        watts = r.scalar(value_node, where, "number")
+        if watts is not _BAD and not 0 < watts <= MAX_BUDGET_W:
+            r.error(value_node, where, f"expected watts above 0 and at most {MAX_BUDGET_W:.0e}")
+            watts = _BAD
+        if domain in seen:
+            r.error(key_node, where, "given twice")
+        elif domain is not None and watts is not _BAD:
+            seen.add(domain)
+            budgets.append({"domain": domain, "watts": float(watts)})
+    return budgets
+
+
+def _domain(r: _Reader, node: yaml.Node, where: str) -> str | None:
+    text = str(node.value).strip()
+    if not isinstance(node, yaml.ScalarNode) or not text or text_problem(text) is not None:
+        r.error(node, where, "expected a domain: LEVEL=VALUE or a node name")
+        return None
+    if "=" not in text:
+        return text
+    level, value = (part.strip() for part in text.split("=", 1))
+    if level not in LEVELS or not value:
+        r.error(
+            node, where, f"expected LEVEL=VALUE with LEVEL one of {', '.join(LEVELS)}, or a node name"
+        )
+        return None
+    return f"{level}={value}"
 
 
 def _unique(r: _Reader, node: yaml.Node, items: list[dict[str, Any]], path: str, key: str) -> None:

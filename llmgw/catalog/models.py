@@ -45,6 +45,10 @@ class Profile(models.Model):
     args = models.JSONField(default=list, blank=True)
     node_selector = models.JSONField(default=dict, blank=True)
     fabric = models.CharField(max_length=64, blank=True, default="")
+    # Watts one shard draws, for facility power caps; null is "not said", never 0.
+    power_w = models.FloatField(null=True, blank=True)
+    # rack, row or room: a multi-node replica's nodes all inside one; "" anywhere.
+    keep_within = models.CharField(max_length=8, blank=True, default="")
 
     class Meta:
         ordering = ["model", "-priority", "name"]

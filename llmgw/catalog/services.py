@@ -133,6 +133,8 @@ def _profile_fields(p: dict[str, Any]) -> dict[str, Any]:
         "args": p.get("args", []),
         "node_selector": p.get("node_selector", {}),
         "fabric": p.get("fabric", ""),
+        "power_w": p.get("power_w"),
+        "keep_within": p.get("keep_within", ""),
     }
 
 

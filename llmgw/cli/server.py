@@ -50,8 +50,9 @@ def catalog_command(path: str) -> int:
         for error in exc.errors:
             print(f"  {error}", file=sys.stderr)
         return 1
+    budgets = f", {counts['budgets']} power budgets" if "budgets" in counts else ""
     print(
-        f"{path}: applied {counts['models']} models, {counts['profiles']} profiles, {counts['engines']} engines"
+        f"{path}: applied {counts['models']} models, {counts['profiles']} profiles, {counts['engines']} engines{budgets}"
     )
     return 0
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 from llmgw.catalog.models import Profile as ProfileRow
 from llmgw.fabrics.models import FabricMap, Port
 from llmgw.fabrics.topology import device_number, split_description
+from llmgw.facility.services import Facility, declared_by_node
 from llmgw.inventory import services as inventory
 from llmgw.inventory.cards import CardView, card_views
 from llmgw.inventory.models import ModelHolding, Node
@@ -36,6 +37,8 @@ def profile_view(row: ProfileRow) -> Profile:
         engine_version=row.engine_version or None,
         node_selector=dict(row.node_selector or {}),
         fabric=row.fabric or None,
+        power_w=row.power_w,
+        keep_within=row.keep_within or None,
     )
 
 
@@ -269,7 +272,7 @@ def map_view(
     return leaves, frozenset(degraded)
 
 
-def gpu_view(card: CardView, claimed: set[int]) -> GpuView:
+def gpu_view(card: CardView, claimed: set[int], limits: dict[int, float]) -> GpuView:
     return GpuView(
         index=card.index,
         uuid=card.uuid,
@@ -278,6 +281,7 @@ def gpu_view(card: CardView, claimed: set[int]) -> GpuView:
         healthy=card.healthy,
         unhealthy_reason=card.unhealthy_reason,
         allocated=card.index in claimed,
+        power_limit_w=limits.get(card.index),
     )
 
 
@@ -298,8 +302,11 @@ def node_views() -> list[NodeView]:
     for port in Port.objects.select_related("physical_fabric"):
         ports[port.node_id].append(port)
     maps = map_indexes()
+    facility = Facility()
+    declared = declared_by_node()
     views = []
     for n in nodes:
+        where = facility.for_node(n)
         fabrics, fabric_problems = fabric_view(n, ports[n.pk])
         leaves, degraded = map_view(n, ports[n.pk], fabrics, maps) if maps else ({}, frozenset())
         engines, engine_status = engine_view(n.engines)
@@ -319,7 +326,7 @@ def node_views() -> list[NodeView]:
                 claimed_memory_bytes=claims.memory.get(n.pk, 0),
                 claimed_cores=claims.cores.get(n.pk, 0),
                 models=claims.models.get(n.pk, {}),
-                gpus=tuple(gpu_view(c, claimed[n.pk]) for c in cards[n.pk]),
+                gpus=tuple(gpu_view(c, claimed[n.pk], where.gpu_limits) for c in cards[n.pk]),
                 fabrics=fabrics,
                 fabric_problems=fabric_problems,
                 fabric_leaves=leaves,
@@ -332,6 +339,11 @@ def node_views() -> list[NodeView]:
                 # None (an agent too old to say) is not refused for engines.
                 engines_probed=bool(n.engines_probed),
                 engine_status=engine_status,
+                held=where.held,
+                declared_w=declared.get(n.pk),
+                derived_w=where.derived_w,
+                measured_w=where.measured_w,
+                budgets=where.budgets,
             )
         )
     return views

@@ -7,8 +7,10 @@ from typing import Any
 
 from django.db import transaction
 
+from llmgw.catalog import loader
 from llmgw.catalog import services as catalog
 from llmgw.catalog.models import Model
+from llmgw.facility import services as facility
 from llmgw.placement import services as placement
 from llmgw.placement.services import PlacementError
 from llmgw.placement.types import Placement
@@ -95,6 +97,11 @@ def apply_catalog(path: Path) -> dict[str, int]:
     catalog knows nothing of nodes; this is where the two meet."""
     with transaction.atomic():
         counts = catalog.apply_file(path)
+        # The file was read and checked whole above, budgets included; the
+        # catalog does not know the facility, so its caps are stored here.
+        budgets = loader.parse(path.read_text()).budgets
+        if budgets is not None:
+            counts["budgets"] = facility.set_budgets(budgets)
         if counts["engines"]:
             transaction.on_commit(desired.rebuild)
     return counts

@@ -1,0 +1,80 @@
+"""Facility domains as operators write them: LEVEL=VALUE, or a node's name.
+
+A node says where it is with the labels llmgw.io/site, room, row, rack and
+pdu. Site > room > row > rack is one tree; PDUs are a second hierarchy
+beside it (a rack may have two, and a node names the one it hangs off), so
+a PDU is not a child of a rack here and "rack=r01" never includes a PDU's
+nodes in another rack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from llmgw.validation import text_problem
+
+LEVELS = ("site", "room", "row", "rack", "pdu")
+TREE = ("site", "room", "row", "rack")
+PREFIX = "llmgw.io/"
+MAX_DOMAIN = 300
+
+
+class DomainError(ValueError):
+    pass
+
+
+def label(level: str) -> str:
+    return PREFIX + level
+
+
+def parse(text: str) -> str:
+    """The domain's key ("rack=r01", or a node's name), or a clear refusal."""
+    text = (text or "").strip()
+    if not text:
+        raise DomainError("domain: write LEVEL=VALUE (" + ", ".join(LEVELS) + ") or a node name")
+    if len(text) > MAX_DOMAIN:
+        raise DomainError(f"domain: at most {MAX_DOMAIN} characters")
+    problem = text_problem(text)
+    if problem is not None:
+        raise DomainError(f"domain: {problem}")
+    if "=" not in text:
+        return text
+    level, value = (part.strip() for part in text.split("=", 1))
+    if level not in LEVELS:
+        raise DomainError(
+            f"domain: {level!r} is not a level; write LEVEL=VALUE with LEVEL one of "
+            + ", ".join(LEVELS)
+            + ", or a node name"
+        )
+    if not value:
+        raise DomainError(f"domain: {level}= needs a value")
+    return f"{level}={value}"
+
+
+def keys_of(name: str, labels: Mapping[str, str]) -> list[str]:
+    """Every domain the node is in, largest first, itself last."""
+    keys = [f"{level}={labels[label(level)]}" for level in LEVELS if labels.get(label(level))]
+    keys.append(name)
+    return keys
+
+
+def describe(key: str) -> str:
+    """ "rack r01" for "rack=r01"; "node n1" for a node's name."""
+    level, sep, value = key.partition("=")
+    return f"{level} {value}" if sep else f"node {key}"
+
+
+def location(labels: Mapping[str, str]) -> str:
+    """ "site-a/room1/row2/r01 pdu r01-a", as far as the node says; "" if nothing."""
+    path = "/".join(labels[label(level)] for level in TREE if labels.get(label(level)))
+    pdu = labels.get(label("pdu"))
+    return f"{path} pdu {pdu}".strip() if pdu else path
+
+
+def tree_path(labels: Mapping[str, str]) -> list[dict[str, str]]:
+    """The node's place level by level, for pages and explanations."""
+    return [
+        {"level": level, "value": labels[label(level)]}
+        for level in LEVELS
+        if labels.get(label(level))
+    ]

@@ -1,0 +1,189 @@
+"""Holding and releasing domains, the budgets from server.yaml, and the
+facility as one listing: every domain with its nodes, hold, cap and draw."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count
+
+from llmgw.facility import domains, power
+from llmgw.facility.models import Budget, Hold
+from llmgw.inventory.models import Node
+
+
+class FacilityError(Exception):
+    pass
+
+
+def _members(key: str, nodes: Iterable[Node]) -> list[Node]:
+    return [n for n in nodes if key in domains.keys_of(n.name, n.labels)]
+
+
+@transaction.atomic
+def hold(domain: str, reason: str, drain: bool, actor: str) -> Hold:
+    try:
+        key = domains.parse(domain)
+    except domains.DomainError as exc:
+        raise FacilityError(str(exc)) from None
+    reason = (reason or "").strip()
+    if not reason:
+        raise FacilityError("reason: say why the domain is held (--reason)")
+    if len(reason) > 500:
+        raise FacilityError("reason: at most 500 characters")
+    # A typo ("rack=r1" for "rack=r01") would hold nothing and say nothing.
+    if not _members(key, Node.objects.only("name", "agent_labels", "operator_labels")):
+        raise FacilityError(f"no node is in {domains.describe(key)}")
+    held, created = Hold.objects.select_for_update().get_or_create(
+        domain=key, defaults={"reason": reason, "drain": drain, "held_by": actor}
+    )
+    if not created:
+        held.reason, held.drain, held.held_by = reason, drain, actor
+        held.save(update_fields=["reason", "drain", "held_by"])
+    return held
+
+
+@transaction.atomic
+def release(domain: str) -> str:
+    try:
+        key = domains.parse(domain)
+    except domains.DomainError as exc:
+        raise FacilityError(str(exc)) from None
+    deleted, _ = Hold.objects.filter(domain=key).delete()
+    if not deleted:
+        raise FacilityError(f"{domains.describe(key)} is not held")
+    return key
+
+
+@transaction.atomic
+def set_budgets(budgets: list[dict[str, Any]]) -> int:
+    """Replace every cap with the file's (a cap left out of it is gone)."""
+    Budget.objects.all().delete()
+    Budget.objects.bulk_create(Budget(domain=b["domain"], watts=b["watts"]) for b in budgets)
+    return len(budgets)
+
+
+@dataclass
+class NodeFacility:
+    """What placement reads of the facility for one node."""
+
+    held: str = ""
+    budgets: tuple[tuple[str, float], ...] = ()
+    derived_w: float | None = None
+    measured_w: float | None = None
+    gpu_limits: dict[int, float] = field(default_factory=dict)
+
+
+class Facility:
+    """Holds and budgets, read once per snapshot."""
+
+    def __init__(self) -> None:
+        self.holds = {h.domain: h for h in Hold.objects.all()}
+        self.budgets = dict(Budget.objects.values_list("domain", "watts"))
+
+    def for_node(self, node: Node) -> NodeFacility:
+        keys = domains.keys_of(node.name, node.labels)
+        held = ""
+        for key in keys:
+            h = self.holds.get(key)
+            if h is not None:
+                drain = ", draining" if h.drain else ""
+                held = f"{domains.describe(key)} ({h.reason}{drain})"
+                break
+        return NodeFacility(
+            held=held,
+            budgets=tuple((k, self.budgets[k]) for k in keys if k in self.budgets),
+            derived_w=power.derived(node.gpu_telemetry),
+            measured_w=power.measured(node.gpu_telemetry, node.sensors),
+            gpu_limits=power.gpu_limits(node.gpu_telemetry),
+        )
+
+
+def declared_by_node() -> dict[int, float]:
+    """Node pk -> watts its shards' profiles declare (profiles that say)."""
+    rows = (
+        Node.objects.filter(shards__replica__profile__power_w__isnull=False)
+        .values("pk", "shards__replica__profile__power_w")
+        .annotate(count=Count("shards"))
+    )
+    out: dict[int, float] = {}
+    for r in rows:
+        out[r["pk"]] = out.get(r["pk"], 0.0) + r["count"] * r["shards__replica__profile__power_w"]
+    return out
+
+
+def overview() -> dict[str, Any]:
+    """Every named domain, largest level first: its nodes, hold, cap and
+    draw (declared, derived, measured summed over the nodes that know
+    them, and the sum of each node's largest known figure)."""
+    facility = Facility()
+    declared = declared_by_node()
+    nodes = list(
+        Node.objects.only("name", "agent_labels", "operator_labels", "gpu_telemetry", "sensors")
+    )
+    rows: dict[str, dict[str, Any]] = {}
+    for n in nodes:
+        d = declared.get(n.pk)
+        nf = facility.for_node(n)
+        figures = (d, nf.derived_w, nf.measured_w)
+        for key in domains.keys_of(n.name, n.labels):
+            named = "=" in key
+            if not named and key not in facility.holds and key not in facility.budgets:
+                continue
+            row = rows.setdefault(key, _row(key, facility))
+            row["nodes"].append(n.name)
+            for name, value in zip(("declared_w", "derived_w", "measured_w"), figures, strict=True):
+                if value is not None:
+                    row[name] = (row[name] or 0.0) + value
+            draw = power.largest(*figures)
+            if draw is None:
+                row["unknown_nodes"] += 1
+            else:
+                row["draw_w"] = (row["draw_w"] or 0.0) + draw
+    # Held or capped domains no node is in any longer still show.
+    for key in set(facility.holds) | set(facility.budgets):
+        rows.setdefault(key, _row(key, facility))
+    order = {level: i for i, level in enumerate(domains.LEVELS)}
+    listed = sorted(
+        rows.values(), key=lambda r: (order.get(r["level"], len(order)), r["value"])
+    )
+    # Sums of readings to a tenth of a watt, not 4261.400000000001.
+    for row in listed:
+        for name in ("declared_w", "derived_w", "measured_w", "draw_w"):
+            if row[name] is not None:
+                row[name] = round(row[name], 1)
+    return {"domains": listed, "levels": list(domains.LEVELS)}
+
+
+def _row(key: str, facility: Facility) -> dict[str, Any]:
+    level, sep, value = key.partition("=")
+    h = facility.holds.get(key)
+    return {
+        "domain": key,
+        "level": level if sep else "node",
+        "value": value if sep else key,
+        "nodes": [],
+        "hold": hold_data(h) if h else None,
+        "cap_w": facility.budgets.get(key),
+        "declared_w": None,
+        "derived_w": None,
+        "measured_w": None,
+        "draw_w": None,
+        "unknown_nodes": 0,
+    }
+
+
+def hold_data(h: Hold) -> dict[str, Any]:
+    return {
+        "domain": h.domain,
+        "reason": h.reason,
+        "drain": h.drain,
+        "held_by": h.held_by,
+        "held_at": h.held_at.isoformat(),
+        "moving": h.moving,
+        "progress": h.progress,
+        "progress_at": h.progress_at.isoformat() if h.progress_at else None,
+    }
