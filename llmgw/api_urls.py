@@ -4,6 +4,7 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from llmgw.fabrics.api.views import FabricListView, FabricTestView, TopologyView
+from llmgw.facility.api import FacilityView, HoldView, ReleaseView
 from llmgw.inventory.api.views import NodeViewSet
 from llmgw.nvlink.api import NvlinkView
 from llmgw.serving.api.keys import ApiKeyViewSet
@@ -29,6 +30,9 @@ urlpatterns = [
     path("fabrics", FabricListView.as_view(), name="fabrics"),
     path("fabrics/test", FabricTestView.as_view(), name="fabric-test"),
     path("fabrics/<int:pk>/topology", TopologyView.as_view(), name="fabric-topology"),
+    path("facility", FacilityView.as_view(), name="facility"),
+    path("facility/holds", HoldView.as_view(), name="facility-holds"),
+    path("facility/holds/<str:domain>", ReleaseView.as_view(), name="facility-release"),
     path("whatif", WhatIfView.as_view(), name="whatif"),
     path("whatif/sweep", SweepView.as_view(), name="whatif-sweep"),
     *router.urls,
