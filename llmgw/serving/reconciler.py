@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from llmgw.catalog.models import Model
-from llmgw.serving import lost, placing
+from llmgw.serving import draining, lost, placing
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import HeldState, Replica
 
@@ -124,6 +124,8 @@ def _reconcile(model: Model, now: datetime) -> dict[str, Any]:
             placing.release_replica(replica.pk)
             done["released"].append(replica.pk)
     live = [r for r in replicas if r.state not in (ReplicaState.FAILED, ReplicaState.LOST)]
+    # Held domains being drained: one replica moved at a time (draining.py).
+    live = draining.step(model, live, done)
     wanted = target(model, len(live), now)
     while len(live) + len(done["placed"]) < wanted:
         replica, result = placing.place_replica(model.name)
