@@ -48,6 +48,7 @@ class NodeState:
         "class_total",
         "engine_versions",
         "domains",
+        "named",
         "declared_w",
         "measured_w",
         "power",
@@ -96,6 +97,7 @@ class NodeState:
         self.domains = tuple(
             (level, view.labels.get(level_label(level))) for level in SPREAD_LEVELS
         )
+        self.named = any(value is not None for _, value in self.domains)
         # Raised by the shards a dry run places here (power.apply).
         self.declared_w = view.declared_w
         self.measured_w = view.measured_w
@@ -129,6 +131,7 @@ class NodeState:
 # level first, into one number: fewer in the room first, then the row, the
 # rack and the PDU. Counts stay far below the weight.
 WEIGHT = 1 << 16
+UNNAMED = sum(WEIGHT**i for i in range(len(SPREAD_LEVELS)))
 
 
 class Replicas:
@@ -166,6 +169,8 @@ class Replicas:
         """The model's replicas on the node, then its spread score: fewer first."""
         nodes = self.on_node.get(model)
         mine = nodes.get(n.ordinal, 0) if nodes else 0
+        if not n.named:  # most fleets name no domain: each level is the node itself
+            return mine, mine * UNNAMED
         counts = self.in_domain.get(model)
         score = 0
         for domain in n.domains:
@@ -179,6 +184,8 @@ class Replicas:
     def add(self, model: str, n: NodeState, count: int = 1) -> None:
         nodes = self.on_node.setdefault(model, {})
         nodes[n.ordinal] = nodes.get(n.ordinal, 0) + count
+        if not n.named:
+            return
         counts: dict[tuple[str, str], int] | None = None
         for level, value in n.domains:
             if value is not None:

@@ -33,8 +33,10 @@ def decision_lines(data: dict[str, Any]) -> list[str]:
     for s in decision["shards"]:
         gpus = ",".join(str(g) for g in s["gpus"]) or DASH
         extra = f" adapters {','.join(s['adapters'])}" if s["adapters"] else ""
+        # Where it sits in the facility tree, when its labels say.
+        at = f" ({s['location']})" if s.get("location") else ""
         out.append(
-            f"  {s['node']}: GPUs {gpus}, {s['cpu_cores']} cores, "
+            f"  {s['node']}{at}: GPUs {gpus}, {s['cpu_cores']} cores, "
             f"{format_bytes(s['memory_bytes'])}{extra}"
         )
     return out

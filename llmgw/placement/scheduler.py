@@ -44,6 +44,7 @@ from .types import (
     RejectionSource,
     Shard,
     gc_paused,
+    location_of,
 )
 
 
@@ -330,6 +331,7 @@ class Inventory:
                     memory_bytes=p.memory_bytes,
                     holds_weights=model in n.view.holds_weights,
                     power_w=power.shard_watts(n, p, gpus),
+                    location=location_of(n.view.labels),
                 )
             )
         env = {}

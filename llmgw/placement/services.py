@@ -126,6 +126,8 @@ def decision_data(decision: Decision) -> dict[str, Any]:
                 "cpu_cores": s.cpu_cores,
                 "memory_bytes": s.memory_bytes,
                 "holds_weights": s.holds_weights,
+                "location": s.location,
+                "power_w": s.power_w,
             }
             for s in decision.shards
         ],

@@ -38,6 +38,14 @@ def level_label(level: str) -> str:
     return f"llmgw.io/{level}"
 
 
+def location_of(labels: Mapping[str, str]) -> str:
+    """Where a node sits in the facility tree: "hall1/row01/r01 pdu r01-pdu0",
+    as far as its labels say; "" when they say nothing."""
+    path = "/".join(labels[level_label(lv)] for lv in LEVELS[:4] if labels.get(level_label(lv)))
+    pdu = labels.get(level_label("pdu"))
+    return f"{path} pdu {pdu}".strip() if pdu else path
+
+
 @dataclass(frozen=True, slots=True)
 class GpuView:
     index: int
@@ -249,6 +257,8 @@ class Shard:
     # Watts the shard adds to its node's draw (declared, else its cards'
     # limits); None when neither is known.
     power_w: float | None = None
+    # The node's place in the facility tree (location_of); "" unknown.
+    location: str = ""
 
 
 @dataclass(frozen=True, slots=True)
