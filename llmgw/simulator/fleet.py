@@ -201,7 +201,13 @@ class SimNode:
             features=[*features_for({}), *self.commands()],
             simulated=True,
             heartbeat_interval_s=round(interval_s),
-            labels={"llmgw.io/rack": self.rack, "llmgw.io/pdu": f"{self.rack}-pdu{self.seed % 2}"},
+            labels={
+                "llmgw.io/room": "hall1",
+                # Two racks to a row, as dealt (four nodes to a rack).
+                "llmgw.io/row": f"row{1 + self.seed % 1000 // 8:02d}",
+                "llmgw.io/rack": self.rack,
+                "llmgw.io/pdu": f"{self.rack}-pdu{self.seed % 2}",
+            },
             system={
                 "os": "Ubuntu 22.04.4 LTS",
                 "kernel": "5.15.0-105-generic",
@@ -273,6 +279,12 @@ class SimNode:
                 "probed": True,
                 "models": [{"name": m, "path": f"/data/models/{m}", "shared": False} for m in held],
             },
+        }
+        # RAPL package power, two packages, following the CPU's load.
+        data["sensors"] = {
+            "cpu_packages": [
+                {"package": p, "power_w": round(60 + 2.4 * self.cpu_percent, 1)} for p in (0, 1)
+            ]
         }
         if self.gpu_sim is not None:
             forced = self.gpu_sim.force_wear
