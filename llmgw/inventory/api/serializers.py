@@ -62,6 +62,7 @@ class NodeSerializer(serializers.ModelSerializer):
     disk_local = serializers.SerializerMethodField()
     disk_shared = serializers.SerializerMethodField()
     gpus = GpuSerializer(many=True, read_only=True)
+    gpu_classes = serializers.SerializerMethodField()
     holdings = HoldingSerializer(many=True, read_only=True)
     measurements_fresh = serializers.SerializerMethodField()
 
@@ -111,20 +112,46 @@ class NodeSerializer(serializers.ModelSerializer):
             "disk_local",
             "disk_shared",
             "gpus",
+            "gpu_classes",
             "holdings",
         ]
+
+    def __init__(self, *args: Any, fields: list[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # ?fields=: only these, so a client asks for what it prints.
+        if fields is not None:
+            for name in set(self.fields) - set(fields):
+                self.fields.pop(name)
 
     @extend_schema_field(serializers.ChoiceField(choices=["Ready", "NotReady"]))
     def get_state(self, node: Node) -> str:
         return services.effective_state(node, self.context.get("now"))
 
+    # A list page hands in what the database summed for the whole page
+    # (context "disks", "gpu_classes"); one node counts its own rows.
     @extend_schema_field(serializers.DictField(allow_null=True))
     def get_disk_local(self, node: Node) -> dict[str, int] | None:
+        if "disks" in self.context:
+            return self.context["disks"].get((node.pk, False))
         return _disk(list(node.filesystems.all()), shared=False)
 
     @extend_schema_field(serializers.DictField(allow_null=True))
     def get_disk_shared(self, node: Node) -> dict[str, int] | None:
+        if "disks" in self.context:
+            return self.context["disks"].get((node.pk, True))
         return _disk(list(node.filesystems.all()), shared=True)
+
+    @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
+    def get_gpu_classes(self, node: Node) -> dict[str, int]:
+        """Cards per class ("" for a card that did not say): what a list
+        prints of a node's GPUs, without every card's row."""
+        counted = self.context.get("gpu_classes")
+        if counted is not None:
+            return dict(counted.get(node.pk, {}))
+        out: dict[str, int] = {}
+        for g in node.gpus.all():
+            out[g.gpu_class] = out.get(g.gpu_class, 0) + 1
+        return out
 
     def get_measurements_fresh(self, node: Node) -> bool:
         if node.measured_at is None:
@@ -136,8 +163,45 @@ class NodeSerializer(serializers.ModelSerializer):
         data = super().to_representation(instance)
         # Free-form JSON columns default to "" in the table; say null instead.
         for key in (*SYSTEM_TEXT_FIELDS, "agent_version"):
-            data[key] = data[key] or None
+            if key in data:
+                data[key] = data[key] or None
         return data
+
+
+class NodePageSerializer(serializers.Serializer):
+    """One page of the node list (the schema of its answer)."""
+
+    count = serializers.IntegerField(help_text="nodes the filters pick, on every page")
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = NodeSerializer(many=True)
+
+
+class GpuClassCountSerializer(serializers.Serializer):
+    gpu_class = serializers.CharField(allow_null=True)
+    count = serializers.IntegerField()
+    unhealthy = serializers.IntegerField()
+    nodes = serializers.IntegerField()
+
+
+class WeightsCountSerializer(serializers.Serializer):
+    model = serializers.CharField()
+    nodes = serializers.IntegerField()
+
+
+class SummarySerializer(serializers.Serializer):
+    """The fleet in numbers (the schema of /api/v1/nodes/summary)."""
+
+    nodes = serializers.IntegerField()
+    ready = serializers.IntegerField()
+    not_ready = serializers.IntegerField()
+    cordoned = serializers.IntegerField()
+    cpus = serializers.IntegerField(allow_null=True, help_text="of the nodes that said")
+    cpus_unknown = serializers.IntegerField(help_text="nodes that did not say")
+    memory_total_bytes = serializers.IntegerField(allow_null=True)
+    memory_unknown = serializers.IntegerField()
+    gpus = GpuClassCountSerializer(many=True)
+    weights = WeightsCountSerializer(many=True)
 
 
 class CordonSerializer(serializers.Serializer):
