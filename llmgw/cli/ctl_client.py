@@ -43,9 +43,10 @@ class Api:
         path: str,
         body: dict[str, Any] | None = None,
         accept: tuple[int, ...] = (),
+        params: list[tuple[str, str]] | None = None,
     ) -> Any:
         try:
-            response = self.client.request(method, path, json=body)
+            response = self.client.request(method, path, json=body, params=params)
         except httpx.HTTPError as exc:
             raise CtlError(f"cannot reach {self.client.base_url}: {exc}") from None
         if response.status_code >= 400 and response.status_code not in accept:
@@ -59,6 +60,9 @@ class Api:
                 detail = response.text.strip()
             raise CtlError(f"{method} {path}: HTTP {response.status_code}: {_words(detail)}")
         return response.json()
+
+    def get(self, path: str, params: list[tuple[str, str]]) -> Any:
+        return self.call("GET", path, params=params)
 
 
 def _words(detail: Any) -> str:

@@ -29,8 +29,13 @@ def cmd_models(api: Api, args: argparse.Namespace) -> str:
     return table(["MODEL", "READY/REPLICAS", "ALWAYS", "UNDER_LOAD", "PROFILES"], rows)
 
 
+# Nodes named a reason unless --all: each reason still says how many.
+EXPLAIN_NODES = 50
+
+
 def cmd_explain(api: Api, args: argparse.Namespace) -> str:
-    data = api.call("GET", f"/api/v1/models/{args.model}/explain")
+    most = "all" if args.all else str(EXPLAIN_NODES)
+    data = api.get(f"/api/v1/models/{args.model}/explain", [("nodes", most)])
     # The server renders the explanation; every surface prints its lines.
     return json.dumps(data, indent=2) if args.json else "\n".join(data["lines"])
 
@@ -81,6 +86,11 @@ def add_parsers(sub: Any) -> None:
         "explain", help="where a model is placed and why every other node was refused"
     )
     p.add_argument("model")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help=f"name every node refused (default: {EXPLAIN_NODES} a reason)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_explain)
     p = sub.add_parser("headroom", help="how many more replicas of each profile fit")

@@ -24,11 +24,37 @@ def disk_text(disk: dict[str, int] | None) -> str:
     return free_of_total(disk.get("free_bytes"), disk.get("total_bytes"))
 
 
+LABEL_PREFIX = "llmgw.io/"
+LOCATION_LEVELS = ("site", "room", "row", "rack")
+
+
+def location_text(labels: dict[str, str]) -> str:
+    """site/room/row/rack from the node's llmgw.io/ labels, "-" for a level
+    not set, then the PDU after a colon: "fra1/hall1/row03/r07:r07-pdu0"."""
+    levels = [labels.get(LABEL_PREFIX + level) for level in LOCATION_LEVELS]
+    pdu = labels.get(LABEL_PREFIX + "pdu")
+    if not any(levels) and not pdu:
+        return DASH
+    return "/".join(v or DASH for v in levels) + (f":{pdu}" if pdu else "")
+
+
+def gpus_text(node: dict[str, Any]) -> str:
+    """8xH100-80GB; a node with cards of two classes lists both."""
+    classes = node.get("gpu_classes")
+    if classes is None:  # a full node record: count its cards
+        classes = {}
+        for g in node.get("gpus") or []:
+            classes[g["gpu_class"]] = classes.get(g["gpu_class"], 0) + 1
+    return ",".join(f"{n}x{cls or '?'}" for cls, n in sorted(classes.items())) or DASH
+
+
 def node_row(node: dict[str, Any]) -> list[str]:
     state = node["state"] + (",Cordoned" if node["cordoned"] else "")
-    gpus = node.get("gpus") or []
-    gpu_text = f"{len(gpus)}x{gpus[0]['gpu_class'] or '?'}" if gpus else DASH
-    labels = ",".join(f"{k}={v}" for k, v in sorted((node.get("labels") or {}).items())) or DASH
+    all_labels = node.get("labels") or {}
+    location = {LABEL_PREFIX + level for level in (*LOCATION_LEVELS, "pdu")}
+    labels = (
+        ",".join(f"{k}={v}" for k, v in sorted(all_labels.items()) if k not in location) or DASH
+    )
     cpus = DASH if node.get("cpus") is None else str(node["cpus"])
     return [
         node["name"],
@@ -36,12 +62,27 @@ def node_row(node: dict[str, Any]) -> list[str]:
         cpus,
         format_bytes(node.get("memory_total_bytes")),
         disk_text(node.get("disk_local")),
-        gpu_text,
+        gpus_text(node),
+        location_text(all_labels),
         labels,
     ]
 
 
-NODE_HEADERS = ["NAME", "STATE", "CPUS", "MEM", "DISK", "GPUS", "LABELS"]
+NODE_HEADERS = ["NAME", "STATE", "CPUS", "MEM", "DISK", "GPUS", "LOCATION", "LABELS"]
+# What the table and its notes read: the list answers only these.
+NODE_FIELDS = [
+    "name",
+    "state",
+    "cordoned",
+    "cpus",
+    "memory_total_bytes",
+    "disk_local",
+    "gpu_classes",
+    "labels",
+    "engines",
+    "warnings",
+]
+PAGE = 1000
 
 
 def engine_lines(node: dict[str, Any]) -> list[str]:
@@ -55,11 +96,44 @@ def engine_lines(node: dict[str, Any]) -> list[str]:
     return lines
 
 
+def node_filters(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The list's filters as query parameters, each repeated flag once."""
+    params = [("state", v) for v in args.state or []]
+    params += [("class", v) for v in args.gpu_class or []]
+    params += [("domain", v) for v in args.domain or []]
+    if args.search:
+        params.append(("search", args.search))
+    return params
+
+
+def list_nodes(
+    api: Api, params: list[tuple[str, str]], most: int | None, fields: list[str] | None
+) -> tuple[list[dict[str, Any]], int]:
+    """The nodes the filters pick, page after page (at most `most`), and
+    how many there are in all."""
+    nodes: list[dict[str, Any]] = []
+    count = 0
+    base = params + ([("fields", ",".join(fields))] if fields else [])
+    while most is None or len(nodes) < most:
+        limit = PAGE if most is None else min(PAGE, most - len(nodes))
+        page = api.get("/api/v1/nodes", [*base, ("limit", str(limit)), ("offset", str(len(nodes)))])
+        nodes += page["results"]
+        count = page["count"]
+        if not page["results"] or page["next"] is None:
+            break
+    return nodes, count
+
+
 def cmd_nodes(api: Api, args: argparse.Namespace) -> str:
-    nodes = api.call("GET", "/api/v1/nodes")
+    fields = None if args.json else NODE_FIELDS
+    nodes, count = list_nodes(api, node_filters(args), args.limit, fields)
     if args.json:
         return json.dumps(nodes, indent=2)
     notes = [line for n in nodes for line in engine_lines(n)]
+    if len(nodes) < count:
+        notes.append(f"{len(nodes)} of {count} nodes shown (--limit)")
+    if not nodes:
+        return "no nodes" + (" match" if node_filters(args) else "")
     return table(NODE_HEADERS, [node_row(n) for n in nodes]) + (
         "\n\n" + "\n".join(notes) if notes else ""
     )
@@ -127,33 +201,22 @@ def cmd_label(api: Api, args: argparse.Namespace) -> str:
 
 
 def cmd_status(api: Api, args: argparse.Namespace) -> str:
-    nodes = api.call("GET", "/api/v1/nodes")
-    ready = sum(1 for n in nodes if n["state"] == "Ready")
-    cordoned = sum(1 for n in nodes if n["cordoned"])
-    gpus: dict[str, int] = {}
-    for n in nodes:
-        for g in n.get("gpus") or []:
-            gpus[g["gpu_class"] or "?"] = gpus.get(g["gpu_class"] or "?", 0) + 1
-    known_mem = [n["memory_total_bytes"] for n in nodes if n.get("memory_total_bytes") is not None]
+    # Counted by the server: the fleet's totals without fetching every node.
+    s = api.get("/api/v1/nodes/summary", node_filters(args))
+    unknown = s["cpus_unknown"]
     lines = [
-        f"nodes     {len(nodes)} ({ready} Ready, {len(nodes) - ready} NotReady, {cordoned} cordoned)",
-        f"cpus      {sum(n['cpus'] for n in nodes if n.get('cpus') is not None)}"
-        + (
-            f" ({sum(1 for n in nodes if n.get('cpus') is None)} nodes did not say)"
-            if any(n.get("cpus") is None for n in nodes)
-            else ""
-        ),
-        f"memory    {format_bytes(sum(known_mem)) if known_mem else DASH}",
-        "gpus      " + (", ".join(f"{count}x{cls}" for cls, count in sorted(gpus.items())) or DASH),
+        f"nodes     {s['nodes']} ({s['ready']} Ready, {s['not_ready']} NotReady, "
+        f"{s['cordoned']} cordoned)",
+        f"cpus      {s['cpus'] if s['cpus'] is not None else DASH}"
+        + (f" ({unknown} nodes did not say)" if unknown else ""),
+        f"memory    {format_bytes(s['memory_total_bytes'])}"
+        + (f" ({s['memory_unknown']} nodes did not say)" if s["memory_unknown"] else ""),
+        "gpus      "
+        + (", ".join(f"{g['count']}x{g['gpu_class'] or '?'}" for g in s["gpus"]) or DASH),
     ]
-    holders: dict[str, set[str]] = {}
-    for n in nodes:
-        for h in n.get("holdings") or []:
-            holders.setdefault(h["model_name"], set()).add(n["name"])
-    if holders:
+    if s["weights"]:
         lines.append(
-            "weights   "
-            + ", ".join(f"{m} on {len(ns)} node(s)" for m, ns in sorted(holders.items()))
+            "weights   " + ", ".join(f"{w['model']} on {w['nodes']} node(s)" for w in s["weights"])
         )
     held = [m for m in api.call("GET", "/api/v1/models") if m["always_running"] or m["under_load"]]
     for m in held:
@@ -188,8 +251,10 @@ def fabric_weights(groups: list[dict[str, Any]]) -> str:
 
 
 def add_parsers(sub: Any) -> None:
-    p = sub.add_parser("nodes", help="list nodes")
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("nodes", help="list nodes (filtered by the server)")
+    add_filters(p)
+    p.add_argument("--limit", type=positive, help="list at most this many")
+    p.add_argument("--json", action="store_true", help="every field of each node")
     p.set_defaults(func=cmd_nodes)
     p = sub.add_parser("node", help="show one node")
     p.add_argument("name")
@@ -208,4 +273,26 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("labels", nargs="+")
     p.set_defaults(func=cmd_label)
     p = sub.add_parser("status", help="the fleet in a few lines")
+    add_filters(p)
     p.set_defaults(func=cmd_status)
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a whole number from 1, not {text!r}")
+    return int(text)
+
+
+def add_filters(p: argparse.ArgumentParser) -> None:
+    """Filters the server applies; a flag given twice means either value."""
+    p.add_argument("--state", action="append", metavar="STATE", help="Ready, NotReady or Cordoned")
+    p.add_argument(
+        "--domain",
+        action="append",
+        metavar="LEVEL=VALUE",
+        help="LEVEL one of site, room, row, rack, pdu (labels llmgw.io/LEVEL), or a node name",
+    )
+    p.add_argument(
+        "--class", dest="gpu_class", action="append", metavar="CLASS", help="GPU class: H100-80GB"
+    )
+    p.add_argument("--search", metavar="TEXT", help="part of the node's name")

@@ -54,8 +54,19 @@ def test_ctl_nodes_shows_dashes_for_unknown(make_node, agent_client, ctl_env, ca
     code, out, _ = run(capsys, "nodes")
     assert code == 0
     rows = columns(out)
-    assert list(rows["gpu-1"]) == ["NAME", "STATE", "CPUS", "MEM", "DISK", "GPUS", "LABELS"]
-    # Binary units with their names: 1623497637888 bytes is 1.48 TiB.
+    assert list(rows["gpu-1"]) == [
+        "NAME",
+        "STATE",
+        "CPUS",
+        "MEM",
+        "DISK",
+        "GPUS",
+        "LOCATION",
+        "LABELS",
+    ]
+    # Binary units with their names: 1623497637888 bytes is 1.48 TiB. The
+    # rack label is the location's (site/room/row/rack, "-" for a level
+    # not set), not repeated among the labels.
     assert list(rows["gpu-1"].values()) == [
         "gpu-1",
         "Ready",
@@ -63,9 +74,10 @@ def test_ctl_nodes_shows_dashes_for_unknown(make_node, agent_client, ctl_env, ca
         "1.48 TiB",
         "600 GiB/1000 GiB",
         "-",
-        "llmgw.io/rack=r1",
+        "-/-/-/r1",
+        "-",
     ]
-    assert list(rows["old-agent"].values()) == ["old-agent", "Ready", "-", "-", "-", "-", "-"]
+    assert list(rows["old-agent"].values()) == ["old-agent", "Ready", "-", "-", "-", "-", "-", "-"]
 
 
 @pytest.mark.django_db(transaction=True)
