@@ -180,7 +180,7 @@ def _stdout(pid: int) -> str | None:
 
 def check_nodes(demo: Demo, out: str, claim: str) -> None:
     header, *rows = out.strip().split("\n\n")[0].splitlines()
-    assert header.split() == "NAME STATE CPUS MEM DISK GPUS LABELS".split(), header
+    assert header.split() == "NAME STATE CPUS MEM DISK GPUS LOCATION LABELS".split(), header
     names = {row.split()[0] for row in rows}
     assert len(names) >= FLEET and socket.gethostname().split(".")[0] in names
     # Unknown is "-", never 0: the CPU servers have no GPUs to count, but a
