@@ -9,45 +9,42 @@ a collector that succeeded an hour ago says nothing about it now.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.utils import timezone
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from django.db.models import QuerySet
 
 from llmgw.inventory.models import Node
+from llmgw.metrics.text import Family
 
 
-class AgentCollector(Collector):
-    def collect(self) -> Iterator[Metric]:
-        heartbeat = GaugeMetricFamily(
-            "llmgw_node_last_heartbeat_timestamp_seconds",
-            "Unix time of the node's last heartbeat (age: time() minus this)",
-            labels=["node"],
-        )
-        success = GaugeMetricFamily(
-            "llmgw_node_collector_success",
-            "1 if the agent's collector succeeded in its last heartbeat, else 0",
-            labels=["node", "collector"],
-        )
-        duration = GaugeMetricFamily(
-            "llmgw_node_collector_duration_seconds",
-            "How long the agent's collector took in its last heartbeat",
-            labels=["node", "collector"],
-        )
-        cutoff = timezone.now() - timedelta(seconds=settings.MEASUREMENT_MAX_AGE_S)
-        rows = Node.objects.filter(last_heartbeat_at__isnull=False).values_list(
-            "name", "last_heartbeat_at", "collectors"
-        )
-        for name, at, collectors in rows.iterator(chunk_size=2000):
-            heartbeat.add_metric([name], at.timestamp())
-            if at < cutoff:
-                continue
-            for c in collectors or []:
-                labels = [name, c["name"]]
-                success.add_metric(labels, 1.0 if c.get("ok") else 0.0)
-                if c.get("seconds") is not None:
-                    duration.add_metric(labels, c["seconds"])
-        yield from (heartbeat, success, duration)
+def families(scope: QuerySet[Node], now: datetime) -> list[Family]:
+    heartbeat = Family(
+        "llmgw_node_last_heartbeat_timestamp_seconds",
+        "Unix time of the node's last heartbeat (age: time() minus this)",
+        labels=["node"],
+    )
+    success = Family(
+        "llmgw_node_collector_success",
+        "1 if the agent's collector succeeded in its last heartbeat, else 0",
+        labels=["node", "collector"],
+    )
+    duration = Family(
+        "llmgw_node_collector_duration_seconds",
+        "How long the agent's collector took in its last heartbeat",
+        labels=["node", "collector"],
+    )
+    cutoff = now - timedelta(seconds=settings.MEASUREMENT_MAX_AGE_S)
+    rows = scope.filter(last_heartbeat_at__isnull=False).values_list(
+        "name", "last_heartbeat_at", "collectors"
+    )
+    for name, at, collectors in rows.iterator(chunk_size=2000):
+        heartbeat.add_metric([name], at.timestamp())
+        if at < cutoff:
+            continue
+        for c in collectors or []:
+            labels = [name, c["name"]]
+            success.add_metric(labels, 1.0 if c.get("ok") else 0.0)
+            if c.get("seconds") is not None:
+                duration.add_metric(labels, c["seconds"])
+    return [heartbeat, success, duration]

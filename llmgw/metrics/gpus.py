@@ -14,17 +14,15 @@ never zero.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.utils import timezone
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from django.db.models import QuerySet
 
 from llmgw.inventory.cards import NODE_FIELDS, CardView, card_views
 from llmgw.inventory.gpu_health import hardware_xids
 from llmgw.inventory.models import Node
+from llmgw.metrics.text import Family
 
 THROTTLE_REASONS = (
     "gpu_idle",
@@ -44,11 +42,11 @@ def _fresh(at: datetime | None, now: datetime, seconds: float) -> bool:
     return at is not None and now - at <= timedelta(seconds=seconds)
 
 
-def _g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, labels=labels)
+def _g(name: str, doc: str, labels: list[str]) -> Family:
+    return Family(name, doc, labels)
 
 
-def _families() -> dict[str, GaugeMetricFamily]:
+def _families() -> dict[str, Family]:
     return {
         "info": _g(
             "llmgw_gpu_info",
@@ -107,31 +105,36 @@ def _families() -> dict[str, GaugeMetricFamily]:
     }
 
 
-class GpuCollector(Collector):
-    def collect(self) -> Iterator[Metric]:
-        now = timezone.now()
+def families(scope: QuerySet[Node], now: datetime) -> list[Family]:
+    """The cards and host sensors of the nodes in `scope`."""
+    return _Cards.collect(scope, now)
+
+
+class _Cards:
+    @classmethod
+    def collect(cls, scope: QuerySet[Node], now: datetime) -> list[Family]:
         m = _families()
         nodes = list(
-            Node.objects.only(
-                *NODE_FIELDS, "gpu_telemetry", "sensors", "telemetry_at", "imex"
-            ).iterator(chunk_size=2000)
+            scope.only(*NODE_FIELDS, "gpu_telemetry", "sensors", "telemetry_at", "imex").iterator(
+                chunk_size=2000
+            )
         )
         samples: dict[tuple[str, int], dict] = {}
         for n in nodes:
             if _fresh(n.telemetry_at, now, settings.MEASUREMENT_MAX_AGE_S):
                 for s in n.gpu_telemetry or []:
                     samples[(n.name, s["index"])] = s
-                self._sensors(m, n)
+                cls._sensors(m, n)
             if n.imex is not None:
                 m["imex"].add_metric([n.name], 1.0 if n.imex.get("up") else 0.0)
         for cards in card_views(nodes).values():
             for card in cards:
-                self._card(m, card, samples.get((card.node, card.index)), now)
-        yield from m.values()
+                cls._card(m, card, samples.get((card.node, card.index)), now)
+        return list(m.values())
 
     @classmethod
     def _card(
-        cls, m: dict[str, GaugeMetricFamily], card: CardView, sample: dict | None, now: datetime
+        cls, m: dict[str, Family], card: CardView, sample: dict | None, now: datetime
     ) -> None:
         labels = [card.node, str(card.index), card.gpu_class]
         m["info"].add_metric([*labels, card.uuid, card.name], 1.0)
@@ -151,7 +154,7 @@ class GpuCollector(Collector):
             cls._wear(m, labels, card)
 
     @staticmethod
-    def _sample(m: dict[str, GaugeMetricFamily], labels: list[str], s: dict | None) -> None:
+    def _sample(m: dict[str, Family], labels: list[str], s: dict | None) -> None:
         if not s:
             return
         for key, metric in (
@@ -173,7 +176,7 @@ class GpuCollector(Collector):
                 m["throttle"].add_metric([*labels, reason], 1.0 if reason in active else 0.0)
 
     @staticmethod
-    def _wear(m: dict[str, GaugeMetricFamily], labels: list[str], card: CardView) -> None:
+    def _wear(m: dict[str, Family], labels: list[str], card: CardView) -> None:
         hardware = hardware_xids(card.xids)
         for code, count in (card.xids or {}).items():
             # isdecimal, not isdigit: "²".isdigit() is True and int("²") raises.
@@ -194,7 +197,7 @@ class GpuCollector(Collector):
             )
 
     @staticmethod
-    def _sensors(m: dict[str, GaugeMetricFamily], n: Node) -> None:
+    def _sensors(m: dict[str, Family], n: Node) -> None:
         sensors = n.sensors or {}
         for package in sensors.get("cpu_packages") or []:
             p = str(package["package"])

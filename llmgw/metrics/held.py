@@ -9,49 +9,41 @@ model it has not yet worked on.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from llmgw.catalog.models import Model
+from llmgw.metrics.text import Family
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import HeldState, Replica, Shard
 
 
-class HeldCollector(Collector):
-    def collect(self) -> Iterator[Metric]:
-        always = GaugeMetricFamily(
-            "llmgw_model_replicas_always_running",
-            "Replicas the model is held at whatever the load",
-            labels=["model"],
-        )
-        under_load = GaugeMetricFamily(
-            "llmgw_model_replicas_under_load",
-            "Replicas the model may grow to while its queue is loaded",
-            labels=["model"],
-        )
-        target = GaugeMetricFamily(
-            "llmgw_model_replicas_target",
-            "Replicas the reconciler is keeping the model at now",
-            labels=["model"],
-        )
-        replicas = GaugeMetricFamily(
-            "llmgw_model_replicas", "Replicas by state", labels=["model", "state"]
-        )
-        shards = GaugeMetricFamily(
-            "llmgw_model_shards", "Shards by state", labels=["model", "state"]
-        )
-        names = list(Model.objects.values_list("name", "always_running", "under_load"))
-        for name, held, loaded in names:
-            always.add_metric([name], held)
-            under_load.add_metric([name], loaded)
-        for name, value in HeldState.objects.values_list("model__name", "target"):
-            target.add_metric([name], value)
-        by_replica = Counter(Replica.objects.values_list("model__name", "state"))
-        by_shard = Counter(Shard.objects.values_list("replica__model__name", "state"))
-        for name, _, _ in names:
-            for state in ReplicaState.values:
-                replicas.add_metric([name, state], by_replica.get((name, state), 0))
-                shards.add_metric([name, state], by_shard.get((name, state), 0))
-        yield from (always, under_load, target, replicas, shards)
+def families() -> list[Family]:
+    always = Family(
+        "llmgw_model_replicas_always_running",
+        "Replicas the model is held at whatever the load",
+        ["model"],
+    )
+    under_load = Family(
+        "llmgw_model_replicas_under_load",
+        "Replicas the model may grow to while its queue is loaded",
+        ["model"],
+    )
+    target = Family(
+        "llmgw_model_replicas_target",
+        "Replicas the reconciler is keeping the model at now",
+        ["model"],
+    )
+    replicas = Family("llmgw_model_replicas", "Replicas by state", ["model", "state"])
+    shards = Family("llmgw_model_shards", "Shards by state", ["model", "state"])
+    names = list(Model.objects.values_list("name", "always_running", "under_load"))
+    for name, held, loaded in names:
+        always.add_metric([name], held)
+        under_load.add_metric([name], loaded)
+    for name, value in HeldState.objects.values_list("model__name", "target"):
+        target.add_metric([name], value)
+    by_replica = Counter(Replica.objects.values_list("model__name", "state"))
+    by_shard = Counter(Shard.objects.values_list("replica__model__name", "state"))
+    for name, _, _ in names:
+        for state in ReplicaState.values:
+            replicas.add_metric([name, state], by_replica.get((name, state), 0))
+            shards.add_metric([name, state], by_shard.get((name, state), 0))
+    return [always, under_load, target, replicas, shards]

@@ -1,5 +1,6 @@
 """The node page's charts read a real Prometheus: Debian's prometheus
-scrapes the control plane's /metrics with an API token, and the console's
+scrapes the control plane's /metrics targets with an API token, laid out
+as deploy/prometheus/prometheus.yml lays them out, and the console's
 PromQL proxy returns what it stored. The same Prometheus evaluates the
 project's alert rules against what it scraped."""
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from llmgw_agent.collectors.gpu import collect_gpus
 
 from tests.inventory.test_gpus import A100_PENDING, H100, join_with_gpus
@@ -21,8 +23,22 @@ from tests.servers import free_port
 from tests.tokens import make_token
 
 ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
+PRODUCTION = ALERTS.parent / "prometheus.yml"
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def scrape_config(target: str, token: Path) -> str:
+    """deploy/prometheus/prometheus.yml pointed at `target`: the jobs, node
+    shards and relabelling production uses, scraped every second."""
+    config = yaml.safe_load(PRODUCTION.read_text())
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    config["rule_files"] = [str(ALERTS)]
+    for job in config["scrape_configs"]:
+        job["authorization"]["credentials_file"] = str(token)
+        for group in job["static_configs"]:
+            group["targets"] = [target]
+    return yaml.safe_dump(config)
 
 
 @pytest.fixture
@@ -31,14 +47,7 @@ def prometheus(live_server, operator, tmp_path):
     assert binary, "Debian's prometheus is installed by make services"
     (tmp_path / "token").write_text(make_token(operator))
     target = live_server.url.removeprefix("http://")
-    (tmp_path / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        f"rule_files: ['{ALERTS}']\n"
-        "scrape_configs:\n"
-        "  - job_name: llmgw\n"
-        f"    authorization: {{type: Bearer, credentials_file: {tmp_path / 'token'}}}\n"
-        f"    static_configs: [{{targets: ['{target}']}}]\n"
-    )
+    (tmp_path / "prometheus.yml").write_text(scrape_config(target, tmp_path / "token"))
     port = free_port()
     proc = subprocess.Popen(
         [
