@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PG_URL ?= postgres://postgres@127.0.0.1:5432/llmgw
 REDIS ?= redis://127.0.0.1:6379/0
 
-.PHONY: demo test test-reliability venv venv-test lint typecheck rules pytest fmt services bench-heartbeat bench-placement bench-fabric bench-console bench-gateway clean
+.PHONY: demo test test-reliability venv venv-test lint typecheck rules pytest fmt services bench-heartbeat bench-placement bench-fabric bench-console bench-ctl surfaces-db bench-gateway clean
 
 # The product alone: quick, so make demo serves its first page in minutes.
 $(BIN)/.installed: pyproject.toml agent/pyproject.toml
@@ -95,9 +95,21 @@ bench-whatif: venv-test
 bench-fabric: venv-test
 	$(BIN)/python bench/fabric.py
 
-# The fabric map in Debian's Chromium (services installs it): first drawing and panning.
-bench-console: venv-test services
-	$(BIN)/python bench/console.py
+# What operators read at 5,000 nodes, on a database of its own (the
+# benchmarks empty its fleet and catalog first).
+SURFACES_DB ?= postgres://postgres@127.0.0.1:5432/llmgw_bench_surfaces
+surfaces-db: services
+	psql -h 127.0.0.1 -U postgres -tc "SELECT 1 FROM pg_database WHERE datname = 'llmgw_bench_surfaces'" | grep -q 1 \
+	  || psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE llmgw_bench_surfaces" >/dev/null
+
+# The fabric map in Debian's Chromium (services installs it): first drawing and
+# panning; then the cluster page's first paint at 5,000 nodes.
+bench-console: venv-test services surfaces-db
+	CLUSTER_DATABASE_URL=$(SURFACES_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/console.py
+
+# llmgw ctl nodes, status and explain at 5,000 nodes, each beside its target.
+bench-ctl: venv-test services surfaces-db
+	DATABASE_URL=$(SURFACES_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/ctl.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var staticfiles
