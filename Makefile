@@ -111,5 +111,12 @@ bench-console: venv-test services surfaces-db
 bench-ctl: venv-test services surfaces-db
 	DATABASE_URL=$(SURFACES_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/ctl.py $(BENCH_ARGS)
 
+# The control plane as production runs it (2 web, 2 workers, private
+# PostgreSQL and Redis) at 1,000 then 5,000 simulated nodes: every figure
+# beside its target, and how it grew. BENCH_ARGS="--nodes 200" for a quick look.
+.PHONY: bench-fleet
+bench-fleet: venv-test services
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/fleet.py $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) var staticfiles

@@ -1,0 +1,158 @@
+"""make bench-fleet: the whole control plane at fleet scale.
+
+    make bench-fleet                         (1,000 then 5,000 nodes)
+    make bench-fleet BENCH_ARGS="--nodes 200"   (a quick look)
+
+Starts the control plane as production runs it (bench/fleet_plane.py: two
+uvicorn web processes, two Celery workers, a private PostgreSQL and Redis)
+and grows a simulated fleet (`llmgw simulate`) to each size in turn. At
+each size, once every node is Ready, it measures through the paths users
+take (bench/fleet_measure.py): the control plane's CPU and memory with the
+fleet beating; heartbeats answered per second and their p99 from 64 more
+agents posting back to back on top of the fleet; one scrape of every
+/metrics target of deploy/prometheus/prometheus.yml (and of /metrics
+whole, for comparison); placements through the API and their p50; explain;
+`llmgw ctl nodes`; the cluster page's first paint in Chromium.
+
+Each figure is printed beside its target, and the last column is how it
+grew from the first size to the last (last / first). Targets from the
+issue; those marked "at 5,000" hold at 5,000 nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import fleet_measure as measure  # noqa: E402
+from bench.fleet_plane import Layout  # noqa: E402
+
+MODEL = "qwen2.5-7b-instruct"  # one H100 a replica, in deploy/server.example.yaml
+MB = 1e6
+# (key, what, target, unit scale, unit)
+FIGURES = [
+    ("ready_s", "fleet Ready after start", "-", 1, "s"),
+    ("heartbeat_rate", "heartbeats answered", ">= 1,000/s", 1, "/s"),
+    ("heartbeat_p99", "heartbeat p99", "< 250 ms", 1e3, "ms"),
+    ("placement_rate", "placements committed (API)", ">= 200/s", 1, "/s"),
+    ("placement_p50", "placement p50 (API)", "<= 10 ms", 1e3, "ms"),
+    ("explain_s", "explain (API, 50 nodes named)", "<= 150 ms at 5,000", 1e3, "ms"),
+    ("scrape_bytes", "scrape size, all targets", "-", 1 / MB, "MB"),
+    ("scrape_slowest", "slowest /metrics target", "< 2 s", 1, "s"),
+    ("scrape_cpu", "control-plane CPU per scrape", "< 10 s", 1, "s"),
+    ("whole_s", "/metrics whole, one answer", "(for comparison)", 1, "s"),
+    ("ctl_nodes", "llmgw ctl nodes", "< 2 s", 1, "s"),
+    ("first_paint", "cluster page first paint", "< 2 s", 1, "s"),
+    ("cores_per_1000", "control-plane CPU per 1,000 nodes", "-", 1, "cores"),
+    ("rss_per_1000", "control-plane RSS per 1,000 nodes", "-", 1 / MB, "MB"),
+]
+
+
+def measure_size(layout: Layout, nodes: int, args: argparse.Namespace) -> dict[str, float]:
+    plane = layout.plane()
+    out: dict[str, float] = {}
+    print(f"  steady state: CPU and memory over {args.steady:.0f} s ...", flush=True)
+    use = measure.footprint(plane, args.steady)
+    out["cores_per_1000"] = use["cores"] / nodes * 1000
+    out["rss_per_1000"] = use["rss_bytes"] / nodes * 1000
+    print("  heartbeats ...", flush=True)
+    beats = measure.heartbeats(plane, layout.probes(args.interval), seconds=10.0)
+    out["heartbeat_rate"] = beats["rate"] + nodes / args.interval
+    out["heartbeat_p99"] = beats["p99_s"]
+    print(f"  scrape of {args.shards} node shards and the fleet target ...", flush=True)
+    scraped = measure.scrape(plane, args.shards)
+    out["scrape_bytes"], out["scrape_slowest"] = scraped["bytes"], scraped["slowest_s"]
+    out["scrape_cpu"], out["whole_s"] = scraped["cpu_s"], scraped["whole_s"]
+    print(f"  {args.placements} placements ...", flush=True)
+    placed = measure.placements(plane, MODEL, args.placements)
+    out["placement_rate"], out["placement_p50"] = placed["rate"], placed["p50_s"]
+    out["explain_s"] = measure.explain(plane, MODEL)
+    print("  llmgw ctl nodes, the cluster page ...", flush=True)
+    out["ctl_nodes"] = measure.ctl_nodes(plane)["seconds"]
+    out["first_paint"] = measure.first_paint(plane)
+    return out
+
+
+def show(value: float | None, scale: float) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    value *= scale
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def report(
+    sizes: list[int], results: dict[int, dict[str, float]], args: argparse.Namespace
+) -> None:
+    heads = [f"{n:,} nodes" for n in sizes]
+    growth = len(sizes) > 1
+    print(f"\n{'figure':<44}{'target':>20}" + "".join(f"{h:>14}" for h in heads)
+          + (f"{'growth':>9}" if growth else ""))  # fmt: skip
+    for key, what, target, scale, unit in FIGURES:
+        values = [results[n].get(key) for n in sizes]
+        row = f"{what + ' (' + unit + ')':<44}{target:>20}"
+        row += "".join(f"{show(v, scale):>14}" for v in values)
+        if growth:
+            first, last = values[0], values[-1]
+            ratio = last / first if first and last is not None else float("nan")
+            row += f"{'-' if math.isnan(ratio) else f'{ratio:.2f}x':>9}"
+        print(row)
+    print(
+        f"\nheartbeats: the fleet's own (nodes / {args.interval:g} s) plus 64 agents posting back "
+        "to back for 10 s; p99 is theirs. placements: POST /api/v1/models/"
+        f"{MODEL}/place, 8 at a time, {args.placements} each size; p50 of the committed. "
+        f"scrape: /metrics/fleet on both web processes and {args.shards} node shards, one after "
+        "another; CPU is the web and worker processes' less their idle rate. CPU and RSS: web "
+        "and worker processes with their children (PostgreSQL and Redis not counted). The "
+        "machine's other load is not controlled: compare sizes within one run."
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", default="1000,5000", help="fleet sizes, ascending: 1000,5000")
+    parser.add_argument("--interval", type=float, default=10.0, help="simulated heartbeat interval")
+    parser.add_argument("--placements", type=int, default=200)
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=measure.production_shards(),
+        help="node shards scraped (of=N); deploy/prometheus/prometheus.yml's by default",
+    )
+    parser.add_argument("--steady", type=float, default=20.0, help="seconds of steady state")
+    args = parser.parse_args()
+    try:
+        sizes = [int(n.replace("_", "")) for n in args.nodes.split(",") if n.strip()]
+    except ValueError:
+        parser.error(f"--nodes: whole numbers separated by commas, not {args.nodes!r}")
+    if not sizes or sizes != sorted(set(sizes)) or sizes[0] < 1:
+        parser.error(f"--nodes: ascending sizes of at least 1, not {args.nodes!r}")
+    results: dict[int, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="llmgw-bench-fleet-") as tmp:
+        layout = Layout(Path(tmp))
+        try:
+            print("starting PostgreSQL, Redis, 2 web processes and 2 workers ...", flush=True)
+            layout.start()
+            have = 0
+            for size in sizes:
+                print(f"{size:,} nodes: simulating {size - have:,} more ...", flush=True)
+                started = time.monotonic()
+                layout.simulate(f"f{size}", size - have, args.interval)
+                layout.wait_ready(size, timeout_s=max(300.0, size * 0.3))
+                ready = time.monotonic() - started
+                have = size
+                results[size] = {"ready_s": ready, **measure_size(layout, size, args)}
+        finally:
+            layout.close()
+    report(sizes, results, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The control plane as production runs it, for `make bench-fleet`: two
+uvicorn web processes and two `llmgw worker` processes on a private
+PostgreSQL and a private Redis (the reliability suite's, on free ports in
+a folder of their own), and simulated fleets from `llmgw simulate`, each
+a subprocess given both web URLs as real agents are."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+
+from bench.fleet_measure import Plane, Probe, probes_for
+from tests.reliability.services import Postgres, Redis, free_port, wait_port
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+USER, PASSWORD = "bench", "bench-fleet-password"
+PROBES = 64
+
+# Run in the layout's environment once it is migrated: the operator and
+# their token, the example catalog, and the probe nodes' credentials.
+SETUP = """
+import django
+django.setup()
+import msgspec
+from django.contrib.auth.models import User
+from llmgw.accounts import roles
+from llmgw.accounts.tokens import create_token
+from llmgw.catalog import services as catalog
+from llmgw.inventory import services as inventory
+from llmgw.simulator.fleet import make_fleet
+user = User.objects.create_user({user!r}, password={password!r})
+roles.grant(user, roles.ADMIN)
+catalog.apply_text(open({catalog!r}).read())
+print(create_token(user, "bench-fleet", None).secret)
+for sim in make_fleet({probes}, prefix="probe"):
+    print(inventory.join(sim.name, inventory.add_node(sim.name, "bench")))
+"""
+
+
+class Layout:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.logs = root / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.pg, self.redis = Postgres(), Redis(root / "redis")
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": self.pg.url,
+            "REDIS_URL": self.redis.url,
+            "LLMGW_DATA_DIR": str(root / "data"),
+            "LLMGW_STATIC_ROOT": str(root / "static"),
+            "DJANGO_SECRET_KEY": "bench-fleet-secret-key-not-for-production",
+            "DJANGO_SETTINGS_MODULE": "llmgw.settings",
+            "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.ports = [free_port(), free_port()]
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.token = ""
+        self.credentials: list[str] = []
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{port}" for port in self.ports]
+
+    def _run(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, *args], cwd=ROOT, env=self.env, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{args[:2]} failed: {done.stderr[-2000:]}")
+        return done.stdout
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        with open(self.logs / f"{name}.log", "ab") as log:
+            self.procs[name] = subprocess.Popen(
+                args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def start(self) -> None:
+        self.pg.start()
+        self.redis.start()
+        self._run("manage.py", "migrate", "--noinput", "-v0")
+        self._run("manage.py", "collectstatic", "--noinput", "-v0")
+        catalog = str(ROOT / "deploy" / "server.example.yaml")
+        lines = self._run(
+            "-c", SETUP.format(user=USER, password=PASSWORD, catalog=catalog, probes=PROBES)
+        ).split()
+        self.token, self.credentials = lines[-1 - PROBES], lines[-PROBES:]
+        for i, port in enumerate(self.ports):
+            self._spawn(
+                f"web{i}",
+                [sys.executable, "-m", "uvicorn", "llmgw.asgi:application", "--host",
+                 "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+            )  # fmt: skip
+            self._spawn(f"worker{i}", [str(BIN / "llmgw"), "worker", "--concurrency", "2"])
+        for port in self.ports:
+            wait_port(port, 90)
+
+    def simulate(self, prefix: str, nodes: int, interval_s: float) -> None:
+        self._spawn(
+            f"fleet-{prefix}",
+            [str(BIN / "llmgw"), "simulate", "--server", ",".join(self.urls), "--nodes",
+             str(nodes), "--interval", str(interval_s), "--prefix", prefix, "--nvl72-trays", "0"],
+        )  # fmt: skip
+
+    def ready(self) -> int:
+        with psycopg.connect(self.pg.url, connect_timeout=5, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM inventory_node WHERE state = 'Ready'"
+                " AND last_heartbeat_at > now() - interval '60 seconds'"
+                " AND name NOT LIKE %s",
+                ("probe-%",),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def wait_ready(self, nodes: int, timeout_s: float) -> float:
+        """Seconds until `nodes` simulated nodes are Ready and beating."""
+        started = time.monotonic()
+        while (count := self.ready()) < nodes:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited {proc.returncode}: see {self.logs}")
+            if time.monotonic() - started > timeout_s:
+                raise RuntimeError(f"{count} of {nodes} nodes Ready after {timeout_s:.0f} s")
+            time.sleep(2)
+        return time.monotonic() - started
+
+    def control_plane(self) -> list[int]:
+        """The web and worker processes (psutil adds their children)."""
+        return [p.pid for name, p in self.procs.items() if name.startswith(("web", "worker"))]
+
+    def plane(self) -> Plane:
+        return Plane(self.urls, self.token, USER, PASSWORD, self.control_plane, dict(self.env))
+
+    def probes(self, interval_s: float) -> list[Probe]:
+        from llmgw.simulator.fleet import make_fleet
+
+        sims = make_fleet(PROBES, prefix="probe")
+        return probes_for(list(zip(sims, self.credentials, strict=True)), interval_s)
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, 9)
+                except ProcessLookupError:
+                    pass
+                proc.wait(30)
+        self.pg.stop()
+        self.pg.remove()
+        self.redis.stop()
