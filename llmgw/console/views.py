@@ -5,45 +5,34 @@ API (the same JSON the page then refreshes from)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Any
-
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from llmgw.accounts.decorators import viewer_required
 from llmgw.catalog.models import Model
+from llmgw.console import cluster as cluster_table
 from llmgw.fabrics import overview
-from llmgw.inventory.api.serializers import NodeSerializer
-from llmgw.inventory.models import Gpu, Node
-
-
-def _gpu_classes() -> list[dict[str, Any]]:
-    classes: dict[str, dict[str, Any]] = defaultdict(
-        lambda: {"count": 0, "healthy": 0, "nodes": set(), "memory": None}
-    )
-    for g in Gpu.objects.select_related("node"):
-        row = classes[g.gpu_class or "-"]
-        row["count"] += 1
-        row["healthy"] += 1 if g.healthy else 0
-        row["nodes"].add(g.node.name)
-        row["memory"] = g.memory_total_bytes if row["memory"] is None else row["memory"]
-    return [
-        {"gpu_class": k, **v, "nodes": len(v["nodes"]), "unhealthy": v["count"] - v["healthy"]}
-        for k, v in sorted(classes.items())
-    ]
+from llmgw.inventory.api.summary import summary
+from llmgw.inventory.models import Node
 
 
 @viewer_required
 def cluster(request: HttpRequest) -> HttpResponse:
-    nodes = Node.objects.prefetch_related("filesystems", "gpus", "holdings")
-    rows = NodeSerializer(nodes, many=True, context={"now": timezone.now()}).data
+    now = timezone.now()
+    nodes = cluster_table.table(request.GET, now)
     fabrics = overview.build()
     return render(
         request,
         "cluster.html",
-        {"nodes": rows, "gpu_classes": _gpu_classes(), **fabrics, "page": "cluster"},
+        {
+            "table": nodes,
+            "summary": summary(Node.objects.all(), now),
+            "gpu_classes": cluster_table.gpu_classes(),
+            **fabrics,
+            "page": "cluster",
+        },
+        status=400 if nodes.error else 200,
     )
 
 
