@@ -11,6 +11,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import path  # noqa: E402
 
 from llmgw.console.consumers import ConsoleConsumer  # noqa: E402
+from llmgw.inventory.api.heartbeat_asgi import heartbeats_first  # noqa: E402
 from llmgw.inventory.consumers import AgentStreamConsumer  # noqa: E402
 from llmgw.middleware import limit_body  # noqa: E402
 from llmgw.serving.gateway.app import Gateway, mount  # noqa: E402
@@ -32,6 +33,8 @@ websockets = URLRouter(
 # middleware stack costs more per request than the whole proxy.
 gateway = Gateway()
 # The gateway has its own body limit, in its own (OpenAI's) error shape.
+# Heartbeats, the commonest request of all, are stored before Django too:
+# what that path cannot store itself goes on to Django as it came.
 application = ProtocolTypeRouter(
-    {"http": mount(gateway, limit_body(django_app)), "websocket": websockets}
+    {"http": mount(gateway, heartbeats_first(limit_body(django_app))), "websocket": websockets}
 )

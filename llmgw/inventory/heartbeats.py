@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +17,7 @@ from django.utils import timezone
 
 from llmgw import events
 from llmgw.accounts import hashing
-from llmgw.inventory import gpus, sections
+from llmgw.inventory import gpus, heartbeat_batch, sections
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import Filesystem, ModelHolding, Node
 from llmgw.inventory.sections import Section
@@ -26,7 +27,7 @@ log = logging.getLogger("llmgw.inventory")
 
 def heartbeat(node: Node, data: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:
     """Store one heartbeat from a node already authenticated."""
-    answer = _heartbeat(data, now, {"id": node.pk})
+    answer = store_many([(node.name, node.credential_hash, data, now or timezone.now())])[0]
     if answer is None:  # the row went away under us: nothing to store
         return {"node": node.name, "state": NodeState.READY, "register": node.registered_at is None}
     return answer
@@ -41,9 +42,7 @@ def heartbeat_with_credential(
     The credential check is the UPDATE's WHERE clause rather than a SELECT
     before it: one round trip instead of two, and a revocation bites on the
     very next heartbeat (there is no cache of credentials to go stale)."""
-    return _heartbeat(
-        data, now, {"name": name, "credential_hash": hashing.digest(secret), "revoked_at": None}
-    )
+    return store_many([(name, hashing.digest(secret), data, now or timezone.now())])[0]
 
 
 def _digest(data: Any) -> str:
@@ -95,14 +94,36 @@ def _measurements(data: dict[str, Any], now: datetime) -> dict[str, Any]:
     return fields
 
 
-def _heartbeat(
-    data: dict[str, Any], now: datetime | None, where: dict[str, Any]
-) -> dict[str, Any] | None:
-    """A heartbeat that changes nothing but the measurements is a single
-    UPDATE of the node row: at 10,000 nodes every 10 s this is the hot path
-    of the whole control plane. Changed sections, and a node coming back to
-    Ready, are stored durably in a transaction of their own."""
-    now = now or timezone.now()
+# (node name, credential digest, heartbeat, when it arrived)
+Incoming = tuple[str, str, dict[str, Any], datetime]
+
+
+def store_many(beats: Sequence[Incoming]) -> list[dict[str, Any] | None]:
+    """Store heartbeats of distinct nodes, each authenticated by its
+    credential's digest; each one's answer, or None where the credential is
+    unknown or revoked (nothing of it written).
+
+    A heartbeat that changes nothing but the measurements costs a share of
+    one statement (heartbeat_batch): at 10,000 nodes every 10 s this is the
+    hot path of the whole control plane. Changed sections, and a node
+    coming back to Ready, are stored durably in a transaction of their own."""
+    prepared = [_prepare(name, digest, data, at) for name, digest, data, at in beats]
+    columns = [column for section in sections.registered() for column in section.columns]
+    returned = [*_RETURNING, *columns]
+    if connection.vendor == "postgresql":
+        rows = heartbeat_batch.update([beat for beat, _ in prepared], returned)
+    else:
+        rows = {beat.name: _update_one(beat, returned) for beat, _ in prepared}
+    answers = []
+    for (beat, digests), (_, _, data, _) in zip(prepared, beats, strict=True):
+        row = rows.get(beat.name)
+        answers.append(None if row is None else _settle(row, columns, data, digests, beat.at))
+    return answers
+
+
+def _prepare(
+    name: str, credential_hash: str, data: dict[str, Any], now: datetime
+) -> tuple[heartbeat_batch.Beat, dict[str, str]]:
     fields = _measurements(data, now)
     digests = _digests(data)
     if "gpu_health_digest" in digests:
@@ -111,14 +132,24 @@ def _heartbeat(
         # The previous time dates the cards a changed report leaves out.
         fields["wear_previously_reported_at"] = F("wear_reported_at")
         fields["wear_reported_at"] = now
+    free = None
+    if "filesystems" in data:
+        # Free space changes on nearly every beat of a real disk: it is a
+        # measurement, written with the node's row, not a changed section.
+        free = [(fs["mount"], fs["free_bytes"]) for fs in data["filesystems"]]
+    return heartbeat_batch.Beat(name, credential_hash, fields, free, now), digests
 
-    columns = [column for section in sections.registered() for column in section.columns]
-    row = _update_returning(fields, where, [*_RETURNING, *columns])
-    if row is None:
-        return None
+
+def _settle(
+    row: tuple[Any, ...],
+    columns: list[str],
+    data: dict[str, Any],
+    digests: dict[str, str],
+    now: datetime,
+) -> dict[str, Any]:
     # registered_at comes back unconverted (a string on SQLite): only
     # whether it is null matters.
-    pk, name, state, registered_at, desired = row[: len(_RETURNING)]
+    name, pk, state, registered_at, desired = row[: len(_RETURNING)]
     stored = dict(zip(columns, row[len(_RETURNING) :], strict=True))
     changed = {column: d for column, d in digests.items() if d != stored[column]}
     if changed or state != NodeState.READY:
@@ -135,7 +166,20 @@ def _heartbeat(
 
 
 # Read back with every heartbeat, before the sections' digest columns.
-_RETURNING = ("id", "name", "state", "registered_at", "desired")
+_RETURNING = ("name", "id", "state", "registered_at", "desired")
+
+
+def _update_one(beat: heartbeat_batch.Beat, returned: list[str]) -> tuple[Any, ...] | None:
+    """The embedded database's path (SQLite): the node row's UPDATE ...
+    RETURNING, then its filesystems' free space."""
+    where = {"name": beat.name, "credential_hash": beat.credential_hash, "revoked_at": None}
+    row = _update_returning(beat.fields, where, returned)
+    if row is not None:
+        for mount, size in beat.free or ():
+            Filesystem.objects.filter(node_id=row[1], mount=mount).update(
+                free_bytes=size, reported_at=beat.at
+            )
+    return row
 
 
 def _update_returning(
@@ -151,8 +195,8 @@ def _update_returning(
     for name, value in fields.items():
         field = opts.get_field(name)
         if isinstance(value, F):
-            # Another column as it was before this UPDATE: PostgreSQL and
-            # SQLite evaluate every SET expression against the old row.
+            # Another column as it was before this UPDATE: SQLite evaluates
+            # every SET expression against the old row.
             sets.append(f"{quote(field.column)} = {quote(opts.get_field(value.name).column)}")
             continue
         sets.append(f"{quote(field.column)} = %s")
@@ -166,22 +210,8 @@ def _update_returning(
             conditions.append(f"{quote(field.column)} = %s")
             params.append(field.get_db_prep_value(value, connection))
     returning = [quote(opts.get_field(name).column) for name in returned]
-    asynchronous = ""
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        # Commit without waiting for the WAL flush (fsync), for this one
-        # statement's own transaction only: set_config(..., true) lasts until
-        # its commit, and the commit is what reads it. Measurements are
-        # replaced every 10 s, so a crash losing the last few hundred ms of
-        # them (the next heartbeat brings them back) is harmless, and waiting
-        # for the disk was most of a heartbeat's time. Every other write,
-        # this connection's next statement included, stays durable. Inside a
-        # caller's transaction it is left out: it would make the caller's
-        # commit asynchronous too.
-        asynchronous = (
-            " FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit"
-        )
     sql = (
-        f"UPDATE {quote(opts.db_table)} SET {', '.join(sets)}{asynchronous} "
+        f"UPDATE {quote(opts.db_table)} SET {', '.join(sets)} "
         f"WHERE {' AND '.join(conditions)} RETURNING {', '.join(returning)}"
     )
     with connection.cursor() as cursor:
@@ -257,7 +287,12 @@ SECTIONS = (
         name="filesystems",
         payload_keys=("filesystems",),
         columns=("filesystems_digest",),
-        key=lambda data: {"filesystems_digest": data["filesystems"]},
+        # Free space is a measurement (see _prepare), not what changed.
+        key=lambda data: {
+            "filesystems_digest": [
+                {k: v for k, v in fs.items() if k != "free_bytes"} for fs in data["filesystems"]
+            ]
+        },
         store=_store_filesystems,
     ),
     Section(
