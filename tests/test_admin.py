@@ -50,6 +50,7 @@ def _world(make_node: Any, user: Any, n: int) -> list[str]:
     from llmgw.catalog.models import Engine, Model, Profile
     from llmgw.fabrics import models as fab
     from llmgw.fabrics.choices import FabricKind
+    from llmgw.facility.models import Budget, Hold
     from llmgw.inventory.models import AgentCommand, Filesystem, Gpu, ModelHolding, StalenessPass
     from llmgw.serving import keys
     from llmgw.serving.models import GpuClaim, HeldState, PlacementRecord, Replica, Shard
@@ -73,6 +74,8 @@ def _world(make_node: Any, user: Any, n: int) -> list[str]:
     GpuClaim.objects.create(shard=shard, node=node, index=0)
     HeldState.objects.create(model=model, target=1)
     PlacementRecord.objects.create(model=model, placed=True, placed_replica=replica.pk)
+    Hold.objects.create(domain=f"rack=r{n}", reason="test", held_by="test")
+    Budget.objects.create(domain=f"rack=r{n}", watts=1000)
 
     fabric = fab.PhysicalFabric.objects.create(
         identity=f"0x{n:016x}", kind=FabricKind.INFINIBAND, last_seen=now

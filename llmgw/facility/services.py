@@ -147,9 +147,7 @@ def overview() -> dict[str, Any]:
     for key in set(facility.holds) | set(facility.budgets):
         rows.setdefault(key, _row(key, facility))
     order = {level: i for i, level in enumerate(domains.LEVELS)}
-    listed = sorted(
-        rows.values(), key=lambda r: (order.get(r["level"], len(order)), r["value"])
-    )
+    listed = sorted(rows.values(), key=lambda r: (order.get(r["level"], len(order)), r["value"]))
     # Sums of readings to a tenth of a watt, not 4261.400000000001.
     for row in listed:
         for name in ("declared_w", "derived_w", "measured_w", "draw_w"):

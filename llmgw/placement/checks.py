@@ -157,7 +157,7 @@ class Replicas:
         nodes = self.on_node.get(model)
         mine = nodes.get(n.ordinal, 0) if nodes else 0
         counts = self.in_domain.get(model)
-        out = []
+        out: list[tuple[str, str | None, int]] = []
         for level, value in n.domains:
             if value is None:
                 out.append((level, None, mine))

@@ -471,15 +471,16 @@ def apply_to_views(nodes: Iterable[NodeView], decision: Decision) -> list[NodeVi
                 claimed_memory_bytes=v.claimed_memory_bytes + s.memory_bytes,
                 claimed_cores=v.claimed_cores + s.cpu_cores,
                 models={**v.models, decision.model: v.models.get(decision.model, 0) + 1},
-                **_watts_after(v, s.power_w),
+                declared_w=_watts_after(v.declared_w, s.power_w, True),
+                measured_w=_watts_after(v.measured_w, s.power_w, False),
             )
         )
     return out
 
 
-def _watts_after(v: NodeView, watts: float | None) -> dict[str, float | None]:
-    # As power.apply counts a shard on a copy of the fleet.
-    if not watts:
-        return {}
-    measured = None if v.measured_w is None else v.measured_w + watts
-    return {"declared_w": (v.declared_w or 0.0) + watts, "measured_w": measured}
+def _watts_after(before: float | None, watts: float | None, declared: bool) -> float | None:
+    # As power.apply counts a shard on a copy of the fleet: what is declared
+    # starts from nothing, what was never measured stays unknown.
+    if not watts or (before is None and not declared):
+        return before
+    return (before or 0.0) + watts

@@ -76,9 +76,7 @@ def _step(hold: Hold, model: Model, live: list[Replica], done: dict[str, Any]) -
         return _follow(hold, model, moving, where)
     inside = members(hold.domain)
     mine = [
-        r
-        for r in live
-        if r.state not in GONE and any(s.node_id in inside for s in r.shards.all())
+        r for r in live if r.state not in GONE and any(s.node_id in inside for s in r.shards.all())
     ]
     if not mine:
         if not Shard.objects.filter(node_id__in=inside).exists():

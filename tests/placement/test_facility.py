@@ -154,9 +154,7 @@ def test_keep_within_keeps_a_multi_node_replica_in_one_rack() -> None:
     assert loose is not None and set(loose.nodes) == {"a", "b"}
     kept = place("m", [gpu_profile(gpus=4, nodes_per_replica=2, keep_within="rack")], nodes)
     assert kept.decision is not None and set(kept.decision.nodes) == {"b", "c"}
-    assert {r.node: r.reason_code for r in kept.explanation.rejections} == {
-        "a": Reason.KEEP_WITHIN
-    }
+    assert {r.node: r.reason_code for r in kept.explanation.rejections} == {"a": Reason.KEEP_WITHIN}
 
 
 def test_keep_within_refuses_naming_the_domains_tried() -> None:

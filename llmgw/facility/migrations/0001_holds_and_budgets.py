@@ -4,39 +4,47 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Budget',
+            name="Budget",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('domain', models.CharField(max_length=300, unique=True)),
-                ('watts', models.FloatField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("domain", models.CharField(max_length=300, unique=True)),
+                ("watts", models.FloatField()),
             ],
             options={
-                'ordering': ['domain'],
+                "ordering": ["domain"],
             },
         ),
         migrations.CreateModel(
-            name='Hold',
+            name="Hold",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('domain', models.CharField(max_length=300, unique=True)),
-                ('reason', models.CharField(max_length=500)),
-                ('drain', models.BooleanField(default=False)),
-                ('held_by', models.CharField(blank=True, default='', max_length=150)),
-                ('held_at', models.DateTimeField(auto_now_add=True)),
-                ('moving', models.JSONField(blank=True, null=True)),
-                ('progress', models.CharField(blank=True, default='', max_length=500)),
-                ('progress_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("domain", models.CharField(max_length=300, unique=True)),
+                ("reason", models.CharField(max_length=500)),
+                ("drain", models.BooleanField(default=False)),
+                ("held_by", models.CharField(blank=True, default="", max_length=150)),
+                ("held_at", models.DateTimeField(auto_now_add=True)),
+                ("moving", models.JSONField(blank=True, null=True)),
+                ("progress", models.CharField(blank=True, default="", max_length=500)),
+                ("progress_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['domain'],
+                "ordering": ["domain"],
             },
         ),
     ]
