@@ -46,7 +46,7 @@ def test_what_agents_and_the_control_plane_own_is_read_only():
 
 def _world(make_node: Any, user: Any, n: int) -> list[str]:
     """One of every llmgw model (suffix n), returning the secrets made on the way."""
-    from llmgw.accounts.models import ApiToken
+    from llmgw.accounts.models import ApiToken, NodeCertificate
     from llmgw.catalog.models import Engine, Model, Profile
     from llmgw.fabrics import models as fab
     from llmgw.fabrics.choices import FabricKind
@@ -65,6 +65,9 @@ def _world(make_node: Any, user: Any, n: int) -> list[str]:
     ModelHolding.objects.create(node=node, model_name=f"tiny-{n}", path="/w")
     AgentCommand.objects.create(node=node, kind="ibnetdiscover", output="x" * 100)
     StalenessPass.objects.create(last_pass_at=now)
+    NodeCertificate.objects.create(
+        serial=f"{n:x}", node_name=node.name, not_before=now, not_after=now, issued_by="test"
+    )
 
     model = Model.objects.create(name=f"tiny-{n}", source="hf://org/tiny")
     profile = Profile.objects.create(model=model, name="gpu", gpu_class="h100", gpus_per_shard=1)

@@ -9,16 +9,20 @@ from __future__ import annotations
 import logging
 import os
 import random
+import ssl
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import msgspec
 
-from . import __version__
+from . import __version__, certificate
 from .protocol import SCHEMA
+from .protocol.certificates import RENEW, CertificateRequest
 from .protocol.messages import Join
 
 log = logging.getLogger("llmgw_agent.client")
@@ -110,6 +114,8 @@ class AgentClient:
         credential: str | None = None,
         ca_file: Path | None = None,
         timeout_s: float = 10.0,
+        cert_file: Path | None = None,
+        key_file: Path | None = None,
     ) -> None:
         urls = [server_url] if isinstance(server_url, str) else list(server_url)
         if not urls:
@@ -118,12 +124,56 @@ class AgentClient:
         # Read by the command stream's thread: an int, replaced whole, never torn.
         self._current = 0
         self.credential = credential
-        verify: str | bool = str(ca_file) if ca_file is not None else True
-        self._http = httpx.Client(
-            timeout=timeout_s,
+        self.ca_file, self.timeout_s = ca_file, timeout_s
+        # mTLS: the node is its certificate, and sends no credential.
+        self.cert_file, self.key_file = cert_file, key_file
+        self._renew_check = 0.0
+        self._loaded: tuple[int, int] | None = None
+        self._http = self._client()
+
+    def _client(self) -> httpx.Client:
+        verify: ssl.SSLContext | str | bool = str(self.ca_file) if self.ca_file else True
+        if self.cert_file is not None and self.key_file is not None:
+            import certifi  # httpx's own trust store, when no ca_file is given
+
+            context = ssl.create_default_context(cafile=str(self.ca_file or certifi.where()))
+            try:
+                context.load_cert_chain(self.cert_file, self.key_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise certificate.CertificateError(
+                    f"{self.cert_file} with {self.key_file}: cannot load ({exc})"
+                ) from None
+            stat = self.cert_file.stat()
+            self._loaded = (stat.st_mtime_ns, stat.st_ino)
+            verify = context
+        return httpx.Client(
+            timeout=self.timeout_s,
             verify=verify,
             headers={"User-Agent": f"llmgw-agent/{__version__}"},
         )
+
+    def _reload_if_replaced(self) -> None:
+        """A certificate written over the one in use (a renewal, or an operator who
+        issued a new one) is used from the next request on, without a restart: a new
+        connection pool, since a kept-alive connection goes on presenting the old one."""
+        if self.cert_file is None:
+            return
+        try:
+            stat = self.cert_file.stat()
+        except OSError:
+            return
+        if (stat.st_mtime_ns, stat.st_ino) == self._loaded:
+            return
+        try:
+            fresh = self._client()
+        except certificate.CertificateError as exc:
+            # Caught between the key's rename and the certificate's, or a bad copy:
+            # keep the pair that works, and look again at the next request.
+            log.error("keeping the certificate in use: %s", exc)
+            return
+        old, self._http = self._http, fresh
+        old.close()
+        log.info("using the certificate now in %s", self.cert_file)
 
     def close(self) -> None:
         self._http.close()
@@ -143,7 +193,11 @@ class AgentClient:
         self, path: str, payload: msgspec.Struct | Mapping[str, Any], auth: bool = True
     ) -> dict[str, Any]:
         headers = {"Content-Type": "application/json"}
-        if auth:
+        if auth and self.cert_file is not None:
+            if path != RENEW:
+                self._renew_if_due()
+            self._reload_if_replaced()
+        elif auth:
             if self.credential is None:
                 raise AuthError("no credential: join first")
             headers["Authorization"] = f"Node {self.credential}"
@@ -168,6 +222,9 @@ class AgentClient:
         try:
             response = self._http.post(url + path, content=body, headers=headers)
         except httpx.HTTPError as exc:  # connect, read, timeout, protocol errors
+            refused = self._refused_certificate(url) if self.cert_file is not None else None
+            if refused is not None:
+                raise AuthError(f"POST {path}: {url} {refused}") from None
             raise _Unavailable(f"{type(exc).__name__}: {exc}") from None
         status = response.status_code
         if status >= 500:
@@ -198,6 +255,85 @@ class AgentClient:
         write_credential(credential_file, credential)
         self.credential = credential
         return credential
+
+    def _refused_certificate(self, url: str) -> str | None:
+        """Why the control plane dropped a connection that offered this node's
+        certificate, when that is what happened; None when it is simply unreachable.
+
+        A server on asyncio (uvicorn) ends a handshake whose client certificate
+        fails verification without sending TLS's alert, so the agent sees only a
+        closed connection and works the reason out itself: its certificate's dates,
+        then whether the server answers a connection that offers none."""
+        assert self.cert_file is not None
+        try:
+            held = certificate.read(self.cert_file)
+        except certificate.CertificateError as exc:
+            return f"refused the connection, and {exc}"
+        now, when = datetime.now(UTC), "%Y-%m-%d %H:%M:%S UTC"
+        if now >= held.not_after:
+            return (
+                f"refused certificate #{held.serial}: it expired at "
+                f"{held.not_after.strftime(when)}; on the control plane, "
+                f"`llmgw node add {held.node} --cert` issues a new one"
+            )
+        if now < held.not_before:
+            return (
+                f"refused certificate #{held.serial}: it is not valid before "
+                f"{held.not_before.strftime(when)} (is this node's clock right?)"
+            )
+        try:
+            httpx.get(url + "/", verify=str(self.ca_file) if self.ca_file else True, timeout=5)
+        except httpx.HTTPError:
+            return None
+        return (
+            f"refused certificate #{held.serial} of {held.node} (issued by {held.issuer}) at "
+            "the TLS handshake, though it answers without one: the certificate is not "
+            "signed by the control plane's CA"
+        )
+
+    def _renew_if_due(self) -> None:
+        now = time.time()
+        if now < self._renew_check or self.cert_file is None:
+            return
+        # Not again for a minute, whatever happens below: a renewal that fails is
+        # retried on a later request, never in a loop in front of a heartbeat.
+        self._renew_check = now + 60
+        try:
+            held = certificate.read(self.cert_file)
+        except certificate.CertificateError as exc:
+            log.error("cannot renew: %s", exc)
+            return
+        if now < held.renew_at.timestamp():
+            self._renew_check = held.renew_at.timestamp()
+            return
+        if now >= held.not_after.timestamp():
+            log.error(
+                "certificate #%s expired at %s: it cannot renew itself; on the control plane, "
+                "`llmgw node add %s --cert` issues a new one",
+                held.serial, held.not_after, held.node,
+            )  # fmt: skip
+            return
+        try:
+            self.renew(held.node)
+        except (TransientError, AuthError, RejectedError, certificate.CertificateError) as exc:
+            log.warning(
+                "renewing certificate #%s (valid until %s) failed: %s; trying again in a minute",
+                held.serial, held.not_after, exc,
+            )  # fmt: skip
+
+    def renew(self, node: str) -> certificate.Held:
+        """A new key and certificate, asked for with the certificate held now."""
+        if self.cert_file is None or self.key_file is None:
+            raise AuthError("no certificate to renew: cert_file and key_file are not set")
+        key, csr = certificate.request(node)
+        answer = self.post(RENEW, CertificateRequest(schema=SCHEMA, node=node, csr=csr))
+        pem = answer.get("certificate")
+        if answer.get("node") != node or not isinstance(pem, str):
+            raise RejectedError(200, f"certificate answer is for node {answer.get('node')!r}")
+        held = certificate.store(key, pem, self.key_file, self.cert_file, node)
+        self._reload_if_replaced()
+        log.info("renewed the certificate: #%s, valid until %s", held.serial, held.not_after)
+        return held
 
     def register(self, payload: msgspec.Struct | Mapping[str, Any]) -> dict[str, Any]:
         return self.post(REGISTER, payload)

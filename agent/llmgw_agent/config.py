@@ -43,6 +43,10 @@ class AgentConfig:
     join_token: str | None = None
     join_token_file: Path | None = None
     ca_file: Path | None = None
+    # mTLS: the node's certificate and key (`llmgw node add NAME --cert`), used
+    # instead of a credential and renewed by the agent before they expire.
+    cert_file: Path | None = None
+    key_file: Path | None = None
     model_dirs: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     # A float only so tests can run the loop faster than agent.yaml allows.
@@ -90,9 +94,9 @@ TOP_KEYS = {
     "model_dirs", "labels", "heartbeat_interval_s", "collectors", "proc_root", "sys_root",
     "rootfs", "command_wrapper", "fabrics", "engines_dir", "engines", "serve_host",
     "stop_engines_on_exit",
-    "advertise_host", "engines_max_unpacked_gib", "server_urls",
+    "advertise_host", "engines_max_unpacked_gib", "server_urls", "cert_file", "key_file",
 }  # fmt: skip
-REQUIRED = ("credential_file",)
+DEFAULT_CREDENTIAL_FILE = "/var/lib/llmgw-agent/credential"
 FABRIC_KEYS = {"name", "adapters", "rate_gbps"}
 ENGINE_KEYS = {"path"}
 
@@ -230,6 +234,22 @@ def _server_urls(c: _Checker, data: dict[str, object]) -> tuple[str, ...]:
     return tuple(urls)
 
 
+def _check_certificate(c: _Checker, data: dict[str, object], urls: tuple[str, ...]) -> None:
+    """A node proves itself with a credential (credential_file) or a certificate
+    (cert_file and key_file, over https); one of the two is required."""
+    if ("cert_file" in data) != ("key_file" in data):
+        given, missing = (
+            ("cert_file", "key_file") if "cert_file" in data else ("key_file", "cert_file")
+        )
+        raise c.fail(given, f"needs {missing} too: a certificate is used with its key")
+    if "cert_file" not in data:
+        if "credential_file" not in data:
+            raise ConfigError(f"{c.source}: credential_file: required (or cert_file and key_file)")
+        return
+    if urlsplit(urls[0]).scheme != "https":
+        raise c.fail("cert_file", f"a client certificate needs an https:// server, got {urls[0]!r}")
+
+
 def parse_config(text: str, source: str = "agent.yaml", base: Path | None = None) -> AgentConfig:
     base = base if base is not None else Path.cwd()
     lines: dict[str, int] = {}
@@ -246,9 +266,7 @@ def parse_config(text: str, source: str = "agent.yaml", base: Path | None = None
         if key not in TOP_KEYS:
             raise c.fail(str(key), "unknown key")
     server_urls = _server_urls(c, data)
-    for key in REQUIRED:
-        if key not in data:
-            raise ConfigError(f"{source}: {key}: required")
+    _check_certificate(c, data, server_urls)
 
     labels = {
         str(k): c.string(f"labels.{k}", v)
@@ -281,10 +299,14 @@ def parse_config(text: str, source: str = "agent.yaml", base: Path | None = None
         node=c.string("node", data["node"])
         if "node" in data
         else socket.gethostname().split(".")[0],
-        credential_file=c.path("credential_file", data["credential_file"], base),
+        credential_file=c.path(
+            "credential_file", data.get("credential_file", DEFAULT_CREDENTIAL_FILE), base
+        ),
         join_token=c.string("join_token", data["join_token"]) if "join_token" in data else None,
         join_token_file=opt_path("join_token_file"),
         ca_file=opt_path("ca_file"),
+        cert_file=opt_path("cert_file"),
+        key_file=opt_path("key_file"),
         model_dirs=model_dirs,
         labels=labels,
         heartbeat_interval_s=c.interval(data.get("heartbeat_interval_s", 10)),

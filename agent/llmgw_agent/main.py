@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from . import __version__
+from .certificate import CertificateError
 from .client import (
     RETRY_CAP_S,
     AgentClient,
@@ -219,10 +220,20 @@ def run(
     engines.converge(desired_engines)
     shards = shards if shards is not None else ShardSupervisor.from_config(config)
     own_client = client is None
-    client = client or AgentClient(config.urls, ca_file=config.ca_file)
+    try:
+        client = client or AgentClient(
+            config.urls,
+            ca_file=config.ca_file,
+            cert_file=config.cert_file,
+            key_file=config.key_file,
+        )
+    except CertificateError as exc:
+        log.error("%s", exc)
+        return 2
     agent = Agent(config, client, roots, stop, engines, shards, desired_engines, once)
     try:
-        if not ensure_credential(config, client, stop, once):
+        # A node with a certificate is that certificate; a credential is joined for.
+        if config.cert_file is None and not ensure_credential(config, client, stop, once):
             return 2
         return agent.live()
     finally:

@@ -28,3 +28,26 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class NodeCertificate(models.Model):
+    """A node certificate the CA signed (llmgw.accounts.ca): kept so that
+    revoking a node refuses every certificate it still holds, and so that
+    only a certificate this control plane issued and still honours
+    authenticates. The node is named, not referenced: accounts sits below
+    the inventory and imports none of it."""
+
+    serial = models.CharField(max_length=40, unique=True)
+    node_name = models.CharField(max_length=253, db_index=True)
+    not_before = models.DateTimeField()
+    not_after = models.DateTimeField()
+    issued_at = models.DateTimeField(auto_now_add=True)
+    # "operator" (llmgw node add --cert) or "renewal" (asked by the agent).
+    issued_by = models.CharField(max_length=100)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node_name", "-not_after"]
+
+    def __str__(self) -> str:
+        return f"{self.node_name} #{self.serial}"

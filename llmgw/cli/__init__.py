@@ -59,16 +59,47 @@ def _fabric(rest: list[str]) -> int:
 
 def _node_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
-    sub.add_parser("add", help="create a node and print its one-time join token").add_argument(
-        "name"
+    add = sub.add_parser("add", help="create a node and print its one-time join token")
+    add.add_argument("name")
+    add.add_argument(
+        "--cert",
+        action="store_true",
+        help="instead of a join token, write a key and a short-lived certificate for "
+        "the agent (mTLS; run where the CA is, after `llmgw ca init`)",
     )
-    sub.add_parser("revoke", help="revoke a node's credential").add_argument("name")
+    add.add_argument("--out", help="with --cert: the folder to write to (default: NAME-cert)")
+    sub.add_parser(
+        "revoke", help="revoke a node's credential and every certificate it holds"
+    ).add_argument("name")
 
 
 def _node(args: argparse.Namespace) -> int:
+    if args.action == "add" and args.cert:
+        from llmgw.cli.ca import node_cert_command
+
+        return node_cert_command(args.name, args.out)
     from llmgw.cli.server import node_command
 
     return node_command(args.action, args.name)
+
+
+def _ca_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    sub.add_parser("init", help="create the node CA's key and certificate (LLMGW_CA_DIR)")
+    server = sub.add_parser(
+        "server-cert", help="a key and certificate for the control plane's HTTPS, from the CA"
+    )
+    server.add_argument("names", nargs="+", help="host names and addresses agents connect to")
+    server.add_argument("--out", default=".", help="the folder for server.pem and server.key")
+    server.add_argument("--days", type=int, default=365)
+
+
+def _ca(args: argparse.Namespace) -> int:
+    from llmgw.cli import ca
+
+    if args.action == "init":
+        return ca.init_command()
+    return ca.server_cert_command(args.names, args.out, args.days)
 
 
 def _catalog_arguments(parser: argparse.ArgumentParser) -> None:
@@ -163,6 +194,13 @@ COMMANDS = (
         "add or revoke a node's identity",
         _node,
         _node_arguments,
+        django=True,
+    ),
+    Command(
+        "ca",
+        "the node certificate authority: init, server-cert",
+        _ca,
+        _ca_arguments,
         django=True,
     ),
     Command(

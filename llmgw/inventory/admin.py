@@ -12,6 +12,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
+from llmgw.accounts.models import NodeCertificate
 from llmgw.inventory import services
 from llmgw.inventory.models import (
     AGENT_OWNED_FIELDS,
@@ -234,3 +235,16 @@ class StalenessPassAdmin(ReadOnlyAdmin):
         "nodes go stale only after silence it was listening for."
     )
     list_display = ["id", "last_pass_at", "resumed_at"]
+
+
+# Here rather than in accounts' admin: a node's certificates are part of its
+# identity, and the read-only admin is the inventory's (accounts imports no app).
+@admin.register(NodeCertificate)
+class NodeCertificateAdmin(ReadOnlyAdmin):
+    description = (
+        "Certificates the node CA signed: `llmgw node add NAME --cert`, or the agent's "
+        "renewal. `llmgw node revoke NAME` revokes all of a node's."
+    )
+    list_display = ["node_name", "serial", "not_after", "issued_by", "revoked_at"]
+    list_filter = ["revoked_at", "issued_by"]
+    search_fields = ["node_name", "serial"]

@@ -45,6 +45,7 @@ TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/api/agent/v1/register"): NOBODY,
     ("POST", "/api/agent/v1/heartbeat"): NOBODY,
     ("GET", "/api/agent/v1/record"): NOBODY,
+    ("POST", "/api/agent/v1/certificate"): NOBODY,
     ("POST", "/api/v1/token"): EVERYONE,
     ("GET", "/api/v1/nodes/"): READ,
     ("GET", "/api/v1/nodes/{name}/"): READ,

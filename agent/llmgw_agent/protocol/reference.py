@@ -14,12 +14,16 @@ from typing import Any
 import msgspec
 
 from .bounds import BLANK_OR_TEXT, NAME, TEXT, XID_CODE
+from .certificates import CertificateRequest, IssuedCertificate
 from .messages import Answer, Heartbeat, Join, Joined, Registration
 from .stream import Command, Result
 
 BEGIN = "<!-- fields: written by python -m llmgw_agent.protocol.reference -->"
 END = "<!-- end of fields -->"
-MESSAGES = (Join, Joined, Registration, Heartbeat, Answer, Command, Result)
+MESSAGES = (
+    Join, Joined, Registration, Heartbeat, Answer, Command, Result, CertificateRequest,
+    IssuedCertificate,
+)  # fmt: skip
 # JSON schema keywords, as the table says them.
 _BOUNDS = (
     ("minimum", "≥ {}"),

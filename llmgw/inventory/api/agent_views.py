@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 
 from llmgw.inventory import credentials, heartbeats, services
 from llmgw.inventory.api.agent_fast import decode_heartbeat, json_schema
-from llmgw.inventory.api.auth import NodeCredentialAuthentication
+from llmgw.inventory.api.auth import NodeCertificateAuthentication, NodeCredentialAuthentication
 from llmgw.inventory.models import Node
 from llmgw.validation import Refused, loads
 
@@ -37,7 +37,8 @@ def _errors(errors: dict[str, list[str]], code: int = status.HTTP_400_BAD_REQUES
 
 
 class AgentView(APIView):
-    authentication_classes = [NodeCredentialAuthentication]
+    # The certificate first: a connection that came with one is its node.
+    authentication_classes = [NodeCertificateAuthentication, NodeCredentialAuthentication]
     permission_classes = [IsNode]
     message: type[Message] = Message
 
@@ -70,10 +71,16 @@ class AgentView(APIView):
         if data["node"] != request.auth.name:
             services.refuse_impersonation(request.auth, data["node"], request.path)
             return None, Response(
-                {"errors": {"node": [f"this credential belongs to {request.auth.name}"]}},
+                {"errors": {"node": [f"this {_proof(request)} belongs to {request.auth.name}"]}},
                 status=status.HTTP_403_FORBIDDEN,
             )
         return data, None
+
+
+def _proof(request: Request) -> str:
+    if isinstance(request.successful_authenticator, NodeCertificateAuthentication):
+        return "certificate"
+    return "credential"
 
 
 def peer_address(request: Request) -> str | None:
@@ -206,7 +213,8 @@ class RecordView(APIView):
     through the reverse relations, so the inventory imports no other app.
     """
 
-    authentication_classes = [NodeCredentialAuthentication]
+    # The certificate first: a connection that came with one is its node.
+    authentication_classes = [NodeCertificateAuthentication, NodeCredentialAuthentication]
     permission_classes = [IsNode]
 
     def get(self, request: Request) -> Response:

@@ -1,5 +1,7 @@
 """Authentication for the agent API: every request is one node, and only
-that node."""
+that node. A node proves it with its credential (`Authorization: Node
+...`) or with the client certificate the TLS server verified
+(llmgw.accounts.mtls), whichever it was given."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from django.contrib.auth.models import AnonymousUser
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from llmgw.inventory import services
+from llmgw.inventory import node_certificates, services
 from llmgw.inventory.models import Node
 
 
@@ -28,3 +30,30 @@ class NodeCredentialAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return self.keyword
+
+
+def client_certificate(scope: dict[str, Any] | None) -> str | None:
+    """The verified client certificate (PEM) of the connection, from the
+    ASGI "tls" extension; None when there is none (plain HTTP, or TLS
+    without a client certificate)."""
+    tls = ((scope or {}).get("extensions") or {}).get("tls") or {}
+    chain = tls.get("client_cert_chain") or []
+    return chain[0] if chain else None
+
+
+class NodeCertificateAuthentication(authentication.BaseAuthentication):
+    """A connection that came with a client certificate is that
+    certificate's node, or refused with the reason: a credential header
+    beside it is not a second chance."""
+
+    def authenticate(self, request: Request) -> tuple[Any, Node] | None:
+        pem = client_certificate(getattr(request._request, "scope", None))
+        if pem is None:
+            return None
+        node, reason = node_certificates.authenticate(pem)
+        if node is None:
+            raise exceptions.AuthenticationFailed(f"client certificate refused: {reason}")
+        return AnonymousUser(), node
+
+    def authenticate_header(self, request: Request) -> str:
+        return NodeCredentialAuthentication.keyword
