@@ -4,7 +4,8 @@
 # only for what is missing.
 set -euo pipefail
 
-apt_packages=(ibsim-utils infiniband-diags opensm prometheus chromium)
+# systemd-analyze (systemd) verifies the agent's unit; shellcheck the onboarding scripts.
+apt_packages=(ibsim-utils infiniband-diags opensm prometheus chromium systemd shellcheck)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
