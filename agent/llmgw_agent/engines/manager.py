@@ -31,12 +31,19 @@ from .installer import (
     InstallLimits,
     demote,
     install,
+    install_from_package,
     installed_folders,
     recheck,
 )
 from .packages import package_manager
-from .platform import NoBuildError, choose_build, cpu_warnings, cuda_fallback_note
-from .spec import EngineSpec
+from .platform import (
+    NoBuildError,
+    choose_build,
+    cpu_warnings,
+    cuda_fallback_note,
+    driver_version,
+)
+from .spec import PACKAGE, EngineSpec
 from .verify import VerifyError, local_runner, parse_any_version, run_version
 
 log = logging.getLogger("llmgw_agent.engines")
@@ -78,6 +85,18 @@ class EngineState:
 
 
 Job = Callable[[], None]
+
+
+class NotHere(NoBuildError):
+    """The engine is not for this node (no NVIDIA driver for a CUDA-only package)."""
+
+
+def _digest(spec: EngineSpec, choice: str) -> str | None:
+    """What the installed build was checked against: a new one means install again."""
+    if choice == PACKAGE:
+        return spec.package.sha256 if spec.package is not None else None
+    build = spec.builds.get(choice)
+    return build.sha256 if build is not None else None
 
 
 class EngineManager:
@@ -135,10 +154,10 @@ class EngineManager:
         """Record what is wanted and wake the worker; returns at once."""
         specs = [EngineSpec.parse(d) for d in desired]
         with self._lock:
-            before = {(d.name, d.version): d.builds for d in self._desired}
+            before = {(d.name, d.version): (d.builds, d.package) for d in self._desired}
             for spec in specs:
                 key = (spec.name, spec.version)
-                if key in before and before[key] != spec.builds:
+                if key in before and before[key] != (spec.builds, spec.package):
                     # The control plane offers other builds now (a mirror was
                     # added): choose again at once rather than waiting out
                     # the retry interval of a choice made on the old offer.
@@ -239,7 +258,7 @@ class EngineManager:
                 continue
             wanted = self._states.get((spec.name, spec.version, choice))
             if wanted is None or (
-                wanted.status == "installed" and wanted.sha256 != spec.builds[choice].sha256
+                wanted.status == "installed" and wanted.sha256 != _digest(spec, choice)
             ):
                 return partial(self._install, spec, choice)
             if wanted.status == "failed" and self._due(wanted.failed_at, self.retry_s):
@@ -253,15 +272,30 @@ class EngineManager:
         key = (spec.name, spec.version)
         host = self.host
         try:
+            if spec.binary is None:
+                # Not an engine the agent unpacks (vLLM, SGLang): its package, if any.
+                raise NoBuildError(
+                    f"{spec.name} is not installed from an archive: give it a package: "
+                    "in server.yaml, or name it under engines: in agent.yaml"
+                )
             platform = choose_build(
                 spec.builds, host.arch, host.nvidia_driver, host.os_id, host.os_like
             )
         except NoBuildError as exc:
-            self._choices[key] = exc
-            self._states[(spec.name, spec.version, "")] = EngineState(
-                spec.name, spec.version, "failed", str(exc), failed_at=self.clock()
-            )
-            return
+            package = spec.package
+            if package is not None and package.needs == "nvidia":
+                if driver_version(host.nvidia_driver) is None:
+                    # Not this node's engine (vLLM, SGLang on a CPU node): nothing to
+                    # install and nothing to report, rather than a failure on every node.
+                    self._choices[key] = NotHere(f"{spec.name} needs an NVIDIA GPU")
+                    return
+            if package is None:
+                self._choices[key] = exc
+                self._states[(spec.name, spec.version, "")] = EngineState(
+                    spec.name, spec.version, "failed", str(exc), failed_at=self.clock()
+                )
+                return
+            platform = PACKAGE
         self._choices[key] = platform
         note = cuda_fallback_note(spec.builds, platform, host.arch, host.nvidia_driver)
         if note:
@@ -311,19 +345,33 @@ class EngineManager:
     def _install(self, spec: EngineSpec, platform: str) -> None:
         key = (spec.name, spec.version, platform)
         self._set(key, status="installing", message="starting", path=None, platform=platform)
+
+        def progress(message: str) -> None:
+            self._set(key, message=message)
+
         try:
-            found = install(
-                spec,
-                platform,
-                engines_dir=self.engines_dir,
-                run_local=self.run_local,
-                run_packages=self.run_packages,
-                package_manager=self.package_manager,
-                progress=lambda message: self._set(key, message=message),
-                client=self.client,
-                stop=self._stop,
-                limits=self.limits,
-            )
+            if platform == PACKAGE:
+                found = install_from_package(
+                    spec,
+                    engines_dir=self.engines_dir,
+                    run_local=self.run_local,
+                    progress=progress,
+                    stop=self._stop,
+                    limits=self.limits,
+                )
+            else:
+                found = install(
+                    spec,
+                    platform,
+                    engines_dir=self.engines_dir,
+                    run_local=self.run_local,
+                    run_packages=self.run_packages,
+                    package_manager=self.package_manager,
+                    progress=progress,
+                    client=self.client,
+                    stop=self._stop,
+                    limits=self.limits,
+                )
         except Exception as exc:  # noqa: BLE001 - whatever broke, the install has ended
             # Anything escaping here would leave the engine "installing" for good: the
             # worker only retries what has failed.
@@ -338,6 +386,15 @@ class EngineManager:
                     "install of %s %s (%s) failed unexpectedly", spec.name, spec.version, platform
                 )
             self._set(key, status="failed", message=reason, failed_at=self.clock())
+            if spec.package is not None and platform != PACKAGE:
+                # The archive cannot be had here (no route to GitHub, say): the package
+                # names the same engine, pinned as firmly.
+                with self._lock:
+                    self._choices[(spec.name, spec.version)] = PACKAGE
+                    self._notes[(spec.name, spec.version)] = (
+                        f"{spec.name} {spec.version}: the {platform} archive failed ({reason}); "
+                        f"installing {spec.package.pinned} instead"
+                    )
             return
         log.info("installed %s %s (%s) at %s", spec.name, spec.version, platform, found.folder)
         self._set(key, **self._installed(found))

@@ -170,6 +170,23 @@ def check_llama_server(binary: Path, run: CommandRunner, wanted: str | None) -> 
     return info
 
 
+# How a package-installed engine says its version. SGLang has no command of its own: its
+# server is a module, and importing it is the check that the environment works.
+VERSION_ARGS = {"sglang": ("-c", "import sglang; print(sglang.__version__)")}
+
+
+def check_engine(engine: str, binary: Path, run: CommandRunner, wanted: str | None) -> VersionInfo:
+    """llama-server as check_llama_server does; any other engine by its version output."""
+    if engine == "llama.cpp":
+        return check_llama_server(binary, run, wanted)
+    args = VERSION_ARGS.get(engine, ("--version",))
+    output = run_version(binary, run, args)
+    info = parse_any_version(output)
+    if info is None:
+        raise VerifyError(f"{binary.name} {args[0]} printed no version: {_tail(output)}")
+    return info
+
+
 @dataclass(frozen=True)
 class Marker:
     engine: str
