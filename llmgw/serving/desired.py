@@ -21,8 +21,20 @@ def engine_specs(wanted: set[tuple[str, str]]) -> list[dict[str, Any]]:
     out = {}
     for e in rows:
         if e.default or (e.name, e.version) in wanted:
-            out[(e.name, e.version)] = {"name": e.name, "version": e.version, "builds": e.builds}
+            spec = {"name": e.name, "version": e.version, "builds": e.builds}
+            # Only when set: a node's desired state is written on every placement.
+            if e.package:
+                spec["package"] = e.package
+            if e.mirror:
+                spec["mirror"] = e.mirror
+            out[(e.name, e.version)] = spec
     return [out[k] for k in sorted(out)]
+
+
+def _nvidia_only(spec: dict[str, Any]) -> bool:
+    """vLLM and SGLang as packages: a node without an NVIDIA driver would leave them
+    alone anyway, and their locks are tens of kilobytes in every heartbeat answer."""
+    return not spec["builds"] and (spec.get("package") or {}).get("needs") == "nvidia"
 
 
 def shard_spec(shard: Shard, holdings: dict[tuple[int, str], str]) -> dict[str, Any]:
@@ -47,7 +59,8 @@ def shard_spec(shard: Shard, holdings: dict[tuple[int, str], str]) -> dict[str, 
 def rebuild(node_ids: Iterable[int] | None = None) -> None:
     """Recompute the desired state of the given nodes (all when None)."""
     nodes = Node.objects.all() if node_ids is None else Node.objects.filter(pk__in=set(node_ids))
-    ids = list(nodes.values_list("pk", flat=True))
+    drivers = dict(nodes.values_list("pk", "nvidia_driver"))
+    ids = list(drivers)
     shards: dict[int, list[Shard]] = defaultdict(list)
     for shard in Shard.objects.filter(node_id__in=ids).select_related(
         "replica__profile", "replica__model"
@@ -61,5 +74,7 @@ def rebuild(node_ids: Iterable[int] | None = None) -> None:
         mine = sorted(shards[node_id], key=lambda s: (s.replica_id, s.rank))
         wanted = {(s.replica.profile.engine, s.replica.profile.engine_version) for s in mine}
         engines = engine_specs(wanted) if any(v for _, v in wanted) else defaults
+        if not drivers[node_id]:
+            engines = [e for e in engines if not _nvidia_only(e)]
         desired = {"engines": engines, "shards": [shard_spec(s, holdings) for s in mine]}
         Node.objects.filter(pk=node_id).update(desired=desired)
