@@ -295,8 +295,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return print_report(roots_for(config), config)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda *_: _stop_soon(stop))
     return run(config, once=args.once, stop=stop)
+
+
+def _stop_soon(stop: threading.Event) -> None:
+    # A signal handler runs on the main thread between two bytecodes, possibly while that
+    # thread holds the event's own lock (inside stop.wait()); Event.set() there would wait
+    # on that lock forever, and the agent would never reach the engines it must stop. A
+    # thread of its own sets it once the main thread lets go.
+    threading.Thread(target=stop.set, name="stop", daemon=True).start()
 
 
 if __name__ == "__main__":
