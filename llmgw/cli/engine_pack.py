@@ -43,13 +43,23 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="llmgw engine pack", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "build_dir", type=Path, help="folder holding llama-server and its libraries"
+        "build_dir", type=Path, nargs="?", help="folder holding llama-server and its libraries"
     )
-    parser.add_argument("--version", required=True, help="the build tag, e.g. b11434")
+    parser.add_argument("--version", help="the build tag, e.g. b11434")
     parser.add_argument("--platform", default="ubuntu-x64")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--url-base", default="", help="where the archive will be served from")
+    parser.add_argument(
+        "--wheelhouse",
+        type=Path,
+        metavar="SERVER_YAML",
+        help="instead: the wheels of every engine package SERVER_YAML names, into OUT/wheels",
+    )
     args = parser.parse_args(argv)
+    if args.wheelhouse is not None:
+        return _wheelhouse(args.wheelhouse, args.out, args.url_base)
+    if args.build_dir is None or not args.version:
+        parser.error("a build folder and --version are needed (or --wheelhouse SERVER_YAML)")
     archive, digest = pack(args.build_dir, args.version, args.platform, args.out)
     url = (
         f"{args.url_base.rstrip('/')}/{archive.name}"
@@ -57,4 +67,20 @@ def main(argv: list[str]) -> int:
         else archive.resolve().as_uri()
     )
     print(engines_yaml(args.version, args.platform, url, digest), end="")
+    return 0
+
+
+def _wheelhouse(catalog: Path, out: Path, url_base: str) -> int:
+    import sys
+
+    import yaml
+
+    from llmgw.cli.engine_wheelhouse import WheelhouseError, wheelhouse
+
+    try:
+        entries = wheelhouse(catalog, out, url_base)
+    except WheelhouseError as exc:
+        print(f"llmgw engine pack: {exc}", file=sys.stderr)
+        return 1
+    print(yaml.safe_dump(entries, sort_keys=False, width=1000), end="")
     return 0
