@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sys
 import tempfile
 import time
@@ -43,6 +44,7 @@ FIGURES = [
     ("heartbeat_p99", "heartbeat p99", "< 250 ms", 1e3, "ms"),
     ("placement_rate", "placements committed (API)", ">= 200/s", 1, "/s"),
     ("placement_p50", "placement p50 (API)", "<= 10 ms", 1e3, "ms"),
+    ("placement_failed", "placements failed (5xx, errors)", "0", 1, "calls"),
     ("explain_s", "explain (API, 50 nodes named)", "<= 150 ms at 5,000", 1e3, "ms"),
     ("scrape_bytes", "scrape size, all targets", "-", 1 / MB, "MB"),
     ("scrape_slowest", "slowest /metrics target", "< 2 s", 1, "s"),
@@ -64,7 +66,10 @@ def measure_size(layout: Layout, nodes: int, args: argparse.Namespace) -> dict[s
     out["rss_per_1000"] = use["rss_bytes"] / nodes * 1000
     print("  heartbeats ...", flush=True)
     beats = measure.heartbeats(plane, layout.probes(args.interval), seconds=10.0)
-    out["heartbeat_rate"] = beats["rate"] + nodes / args.interval
+    # The fleet's own, stored over the same seconds: each node beats at most
+    # once in a window no longer than its interval.
+    window = min(10.0, args.interval)
+    out["heartbeat_rate"] = beats["rate"] + layout.beating(window) / window
     out["heartbeat_p99"] = beats["p99_s"]
     print(f"  scrape of {args.shards} node shards and the fleet target ...", flush=True)
     scraped = measure.scrape(plane, args.shards)
@@ -73,6 +78,7 @@ def measure_size(layout: Layout, nodes: int, args: argparse.Namespace) -> dict[s
     print(f"  {args.placements} placements ...", flush=True)
     placed = measure.placements(plane, MODEL, args.placements)
     out["placement_rate"], out["placement_p50"] = placed["rate"], placed["p50_s"]
+    out["placement_failed"] = placed["failed"]
     out["explain_s"] = measure.explain(plane, MODEL)
     print("  llmgw ctl nodes, the cluster page ...", flush=True)
     out["ctl_nodes"] = measure.ctl_nodes(plane)["seconds"]
@@ -104,11 +110,11 @@ def report(
             row += f"{'-' if math.isnan(ratio) else f'{ratio:.2f}x':>9}"
         print(row)
     print(
-        f"\nheartbeats: the fleet's own (nodes / {args.interval:g} s) plus 64 agents posting back "
-        "to back for 10 s; p99 is theirs. placements: POST /api/v1/models/"
+        f"\nheartbeats: the fleet's own (every {args.interval:g} s, counted as stored) plus 64 "
+        "agents posting back to back for 10 s; p99 is theirs. placements: POST /api/v1/models/"
         f"{MODEL}/place, 8 at a time, {args.placements} each size; p50 of the committed. "
         f"scrape: /metrics/fleet on both web processes and {args.shards} node shards, one after "
-        "another; CPU is the web and worker processes' less their idle rate. CPU and RSS: web "
+        "another; CPU is the web processes' less their idle rate. CPU and RSS: web "
         "and worker processes with their children (PostgreSQL and Redis not counted). The "
         "machine's other load is not controlled: compare sizes within one run."
     )
@@ -126,6 +132,7 @@ def main() -> int:
         help="node shards scraped (of=N); deploy/prometheus/prometheus.yml's by default",
     )
     parser.add_argument("--steady", type=float, default=20.0, help="seconds of steady state")
+    parser.add_argument("--logs", type=Path, help="keep every process's log in this folder")
     args = parser.parse_args()
     try:
         sizes = [int(n.replace("_", "")) for n in args.nodes.split(",") if n.strip()]
@@ -148,7 +155,12 @@ def main() -> int:
                 ready = time.monotonic() - started
                 have = size
                 results[size] = {"ready_s": ready, **measure_size(layout, size, args)}
+        except Exception:
+            print(layout.log_tails(), file=sys.stderr)
+            raise
         finally:
+            if args.logs:
+                shutil.copytree(layout.logs, args.logs, dirs_exist_ok=True)
             layout.close()
     report(sizes, results, args)
     return 0

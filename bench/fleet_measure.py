@@ -43,6 +43,8 @@ class Plane:
     password: str
     pids: Callable[[], list[int]]
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    # The web processes alone (what answers a scrape); None: all of pids.
+    web_pids: Callable[[], list[int]] | None = None
 
     @property
     def url(self) -> str:
@@ -73,9 +75,10 @@ def percentile(values: list[float], q: float) -> float:
 # --- processes --------------------------------------------------------------
 
 
-def processes(plane: Plane) -> list[psutil.Process]:
+def processes(plane: Plane, web_only: bool = False) -> list[psutil.Process]:
     found: dict[int, psutil.Process] = {}
-    for pid in plane.pids():
+    pids = plane.web_pids if web_only and plane.web_pids is not None else plane.pids
+    for pid in pids():
         try:
             proc = psutil.Process(pid)
             for p in [proc, *proc.children(recursive=True)]:
@@ -195,7 +198,10 @@ def placements(plane: Plane, model: str, count: int, concurrency: int = 8) -> di
     def place(_: int) -> tuple[int, float]:
         with plane.api() as api:
             started = time.perf_counter()
-            code = api.post(f"/api/v1/models/{model}/place/").status_code
+            try:
+                code = api.post(f"/api/v1/models/{model}/place/").status_code
+            except httpx.HTTPError:
+                code = 0  # no answer at all
             return code, time.perf_counter() - started
 
     started = time.monotonic()
@@ -203,14 +209,17 @@ def placements(plane: Plane, model: str, count: int, concurrency: int = 8) -> di
         results = list(pool.map(place, range(count)))
     wall = time.monotonic() - started
     placed = [s for code, s in results if code == 201]
-    unexpected = sorted({code for code, _ in results if code not in (201, 409)})
-    if unexpected:
-        raise RuntimeError(f"POST /api/v1/models/{model}/place/ answered {unexpected}")
+    refused = sum(1 for code, _ in results if code == 409)
+    if refused + len(placed) == 0:
+        codes = sorted({code for code, _ in results})
+        raise RuntimeError(f"POST /api/v1/models/{model}/place/ answered only {codes}")
     return {
         "rate": len(placed) / wall,
         "p50_s": statistics.median(placed) if placed else float("nan"),
         "placed": float(len(placed)),
-        "refused": float(len(results) - len(placed)),
+        "refused": float(refused),
+        # Anything but placed (201) or refused with reasons (409): a fault.
+        "failed": float(len(results) - len(placed) - refused),
     }
 
 
@@ -262,16 +271,16 @@ def _get_timed(client: httpx.Client, url: str) -> tuple[float, int]:
 
 def scrape(plane: Plane, shards: int, whole: bool = True) -> dict[str, float]:
     """One scrape of every target, one after another, as Prometheus does
-    over an interval: bytes, the slowest target, and the control plane's
-    CPU seconds for the whole scrape (its CPU over the scrape less what it
-    spent over as long a time just before, idle of scrapes). `whole`: also
-    time /metrics answering everything at once."""
-    procs = processes(plane)
+    over an interval: bytes, the slowest target, and the web processes'
+    CPU seconds for the whole scrape (their CPU over the scrape less what
+    they spent over as long a time just before, idle of scrapes). `whole`:
+    also time /metrics answering everything at once."""
+    procs = processes(plane, web_only=True)
     headers = {"Authorization": f"Bearer {plane.token}"}
     with httpx.Client(headers=headers, timeout=120) as client:
         _get_timed(client, plane.url + "/metrics/fleet")  # connections and imports warm
         before, started = cpu_seconds(procs), time.monotonic()
-        time.sleep(3.0)
+        time.sleep(5.0)
         idle_rate = (cpu_seconds(procs) - before) / (time.monotonic() - started)
         before, started = cpu_seconds(procs), time.monotonic()
         answers = [_get_timed(client, t) for t in scrape_targets(plane.urls, shards)]

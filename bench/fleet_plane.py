@@ -121,6 +121,16 @@ class Layout:
             ).fetchone()
         return int(row[0]) if row else 0
 
+    def beating(self, seconds: float) -> int:
+        """Simulated nodes whose last heartbeat was stored in the last `seconds`."""
+        with psycopg.connect(self.pg.url, connect_timeout=5, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM inventory_node WHERE name NOT LIKE %s"
+                " AND last_heartbeat_at > now() - make_interval(secs => %s)",
+                ("probe-%", seconds),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
     def wait_ready(self, nodes: int, timeout_s: float) -> float:
         """Seconds until `nodes` simulated nodes are Ready and beating."""
         started = time.monotonic()
@@ -137,14 +147,27 @@ class Layout:
         """The web and worker processes (psutil adds their children)."""
         return [p.pid for name, p in self.procs.items() if name.startswith(("web", "worker"))]
 
+    def web(self) -> list[int]:
+        return [p.pid for name, p in self.procs.items() if name.startswith("web")]
+
     def plane(self) -> Plane:
-        return Plane(self.urls, self.token, USER, PASSWORD, self.control_plane, dict(self.env))
+        return Plane(
+            self.urls, self.token, USER, PASSWORD, self.control_plane, dict(self.env), self.web
+        )
 
     def probes(self, interval_s: float) -> list[Probe]:
         from llmgw.simulator.fleet import make_fleet
 
         sims = make_fleet(PROBES, prefix="probe")
         return probes_for(list(zip(sims, self.credentials, strict=True)), interval_s)
+
+    def log_tails(self, lines: int = 15) -> str:
+        """The last lines of each process's log, for a run that failed."""
+        out = []
+        for log in sorted(self.logs.glob("*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {log.name}\n" + "\n".join(tail))
+        return "\n".join(out)
 
     def close(self) -> None:
         for proc in self.procs.values():
