@@ -25,6 +25,7 @@
       return el("tr", { "data-replica": r.id }, [
         el("td", {}, `#${r.id} ${r.profile}`),
         el("td", {}, n.node ? el("a", { href: `/nodes/${encodeURIComponent(n.node)}` }, n.node) : LG.DASH),
+        el("td", { class: "location" }, fmt.dash(n.location)),
         el("td", { class: `state ${r.state}` }, fmt.dash(r.state)),
         el("td", {}, fmt.age(r.age_s)),
         el("td", {}, LG.known(p.cpu_cores) ? `${p.cpu_cores} cores` : LG.DASH),
@@ -33,7 +34,7 @@
       ]);
     }));
     return el("table", { class: "grid" }, [
-      el("thead", {}, el("tr", {}, ["Replica", "Node", "State", "Age", "CPU", "Memory", "GPUs"].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ["Replica", "Node", "Where", "State", "Age", "CPU", "Memory", "GPUs"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows),
     ]);
   }

@@ -79,10 +79,18 @@ def live() -> list[int]:
 
 
 @pytest.mark.django_db
-def test_three_replicas_of_a_held_model_sit_in_three_racks(fleet: Fleet) -> None:
+def test_three_replicas_of_a_held_model_sit_in_three_racks(fleet: Fleet, api: Any) -> None:
     Model.objects.filter(name=MODEL).update(always_running=3)
     reconciler.reconcile_all()
     assert sorted(racks().values()) == ["r01", "r02", "r03"]
+    # The held-model page's rows: where each replica sits in the facility tree.
+    replicas = api.get(f"/api/v1/models/{MODEL}").json()["replicas"]
+    where = sorted(n["location"] for r in replicas for n in r["nodes"])
+    assert where == [
+        "hall1/row01/r01 pdu r01-pdu0",
+        "hall1/row01/r02 pdu r02-pdu1",
+        "hall1/row02/r03 pdu r03-pdu0",
+    ]
 
 
 @pytest.mark.django_db

@@ -11,6 +11,7 @@ from rest_framework import serializers
 
 from llmgw.catalog.api.serializers import ProfileSerializer
 from llmgw.catalog.models import Model
+from llmgw.facility import domains
 from llmgw.serving import weights
 from llmgw.serving.models import Replica
 from llmgw.units import GiB, format_bytes, format_bytes_pair
@@ -53,6 +54,8 @@ class ReplicaSerializer(serializers.ModelSerializer):
             out.append(
                 {
                     "node": s.node.name,
+                    # Its place in the facility tree ("hall1/row01/r01 pdu r01-pdu0"); "" unknown.
+                    "location": domains.location(s.node.labels),
                     "rank": s.rank,
                     "state": s.state,
                     "url": s.url or None,
