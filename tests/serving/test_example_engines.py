@@ -15,6 +15,8 @@ from llmgw_agent.engines.spec import PACKAGE, EngineSpec
 
 from llmgw.catalog import services as catalog
 from llmgw.serving import placing
+from llmgw.serving.desired import engine_specs
+from llmgw.serving.models import Replica
 from tests.payloads import heartbeat, registration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,3 +99,31 @@ def test_a_node_without_an_nvidia_driver_is_not_sent_the_gpu_engines(
     answer = agent.post("heartbeat", heartbeat("cpu-1", engines=[], engines_probed=True)).json()
     # Its agent would leave them alone; their locks would only weigh down every answer.
     assert [e["name"] for e in answer["desired"]["engines"]] == ["llama.cpp"]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_every_gpu_model_of_the_example_is_placed_on_the_simulated_fleet(asgi_server, tmp_path):
+    """The demo's fleet (H100 and A100 servers, an NVL72 rack of GB200 trays), each GPU
+    node reporting the engines an agent installs from the example catalog: the vLLM
+    models (one node of 8 H100s; two over InfiniBand) and the SGLang one (four trays of
+    one NVLink domain) are all placed."""
+    from llmgw.inventory import heartbeats
+    from llmgw.inventory.models import Node
+    from tests.console import fleet
+
+    fleet.build(asgi_server, tmp_path)
+    engines = {e["name"]: EngineSpec.parse(e) for e in engine_specs(set())}
+    for node in Node.objects.exclude(nvidia_driver=""):
+        report = [
+            installed(name, engines[name].version, f"/var/lib/llmgw/engines/{name}")
+            for name in ("llama.cpp", "vllm", "sglang")
+        ]
+        data = {"schema": 1, "node": node.name, "engines": report, "engines_probed": True}
+        heartbeats.heartbeat(node, data)
+    for model in ("llama-3.1-70b-instruct", "llama-3.1-405b-instruct", "deepseek-v3-671b"):
+        replica, placement = placing.place_replica(model)
+        assert replica is not None, f"{model}:\n{placement.explanation.render()}"
+    [replica] = Replica.objects.filter(model__name="deepseek-v3-671b")
+    trays = {s.node.name for s in replica.shards.all()}
+    assert len(trays) == 4 and all(t.startswith("sim-gb200-") for t in trays), trays
