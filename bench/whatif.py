@@ -62,7 +62,16 @@ def workload(models: int) -> dict[str, list[Profile]]:
     for m in range(models):
         gpus = (1, 2, 4, 8)[m % 4]
         out[f"model-{m:02d}"] = [
-            Profile("main", 0, "H100", gpus, gpus, memory_gb=20 * gpus, cpu_cores=2 * gpus, engine="vllm")
+            Profile(
+                "main",
+                0,
+                "H100",
+                gpus,
+                gpus,
+                memory_gb=20 * gpus,
+                cpu_cores=2 * gpus,
+                engine="vllm",
+            )
         ]
     return out
 
@@ -146,9 +155,13 @@ def main() -> int:
         f"whatif sweep: {tried} domains in {took:.2f} s wall, {cpu:.2f} s CPU "
         f"({1000 * took / tried:.1f} ms a domain)"
     )
-    print(f"  target: {TARGET_S:.0f} s for 100 racks and 200 PDUs of 5,000 nodes -> "
-          f"{took / TARGET_S:.2f} of the target ({'met' if took <= TARGET_S else 'MISSED'})")
-    print(f"  {len(hurt)} domains would leave a held model below always_running ({lost} replicas lost in them)")
+    print(
+        f"  target: {TARGET_S:.0f} s for 100 racks and 200 PDUs of 5,000 nodes -> "
+        f"{took / TARGET_S:.2f} of the target ({'met' if took <= TARGET_S else 'MISSED'})"
+    )
+    print(
+        f"  {len(hurt)} domains would leave a held model below always_running ({lost} replicas lost in them)"
+    )
     return 0
 
 

@@ -38,8 +38,8 @@ def recount(replicas: Replicas, old: NodeState, new: NodeState) -> None:
         counts = replicas.in_domain.get(model)
         if counts is not None:
             for domain in old.domains:
-                if domain in counts and not counts[domain]:  # type: ignore[comparison-overlap]
-                    del counts[domain]  # type: ignore[arg-type]
+                if domain in counts and not counts[domain]:
+                    del counts[domain]
             if not counts:
                 del replicas.in_domain[model]
 

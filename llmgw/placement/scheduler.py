@@ -108,6 +108,10 @@ class Inventory:
         copy counts them, decisions applied."""
         return self._replicas.of(self._by_name[name], model)
 
+    def power_domains(self) -> list[power.DomainPower]:
+        """The capped domains as this copy counts their draw, decisions applied."""
+        return list(self._power.values())
+
     def copy(self) -> Inventory:
         """Nodes are shared until a decision is applied to one (_own): a dry
         run copies a fleet of thousands and changes a handful of them."""
@@ -163,8 +167,15 @@ class Inventory:
             changed.append((old, NodeState(old.ordinal, v)))
         replicas = self._replicas
         # Models whose counts change, and the nodes whose tier for them may.
-        models = {m for old, _ in changed for m, c in replicas.on_node.items() if old.ordinal in c}
-        models |= {m for _, new in changed for m in new.view.models}
+        models = {
+            m
+            for old, new in changed
+            for m in {
+                *new.view.models,
+                *(m for m, c in replicas.on_node.items() if old.ordinal in c),
+            }
+            if replicas.on_node.get(m, {}).get(old.ordinal, 0) != new.view.models.get(m, 0)
+        }
         near = {o.ordinal: o for old, _ in changed for o in (old, *self._neighbours(old))}
         taken = {
             key: reindex.take_out(e, changed, models, list(near.values()), replicas)

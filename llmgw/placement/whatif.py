@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from .power import DomainPower
 from .scheduler import Inventory, apply_to_views
 from .types import Decision, NodeView, Placement, Profile, Shard
 
@@ -60,6 +61,7 @@ class Fleet:
     _domains: dict[str, list[str]] | None = None
     _base: Inventory | None = None
     _by_name: dict[str, NodeView] | None = None
+    _on_node: dict[str, list[int]] | None = None
 
     def domains(self) -> dict[str, list[str]]:
         if self._domains is None:
@@ -75,6 +77,15 @@ class Fleet:
                 for p in self.profiles.get(model, ()):
                     self._base.decide(model, p)
         return self._base
+
+    def on_node(self) -> dict[str, list[int]]:
+        """Node -> the replicas (by position) with a shard on it."""
+        if self._on_node is None:
+            self._on_node = defaultdict(list)
+            for i, r in enumerate(self.replicas):
+                for n in dict.fromkeys(r.decision.nodes):
+                    self._on_node[n].append(i)
+        return self._on_node
 
     def by_name(self) -> dict[str, NodeView]:
         if self._by_name is None:
@@ -146,6 +157,41 @@ class Outcome:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class PowerRow:
+    """A capped domain's draw before the failure and after the re-placements;
+    watts, None when no node in it knows its draw."""
+
+    domain: str
+    cap_w: float
+    before_w: float | None
+    after_w: float | None
+    # Nodes whose draw nobody knows, left out of the sums.
+    unknown: int
+
+    @property
+    def headroom_w(self) -> float | None:
+        return None if self.after_w is None else self.cap_w - self.after_w
+
+
+def power_after(fleet: Fleet, outcome: Outcome) -> list[PowerRow]:
+    """Every capped domain's draw afterwards. The failed nodes are counted as
+    they last reported: a node that stopped reporting may still draw (a
+    rack's switch failing cuts no power), and a cap is a limit not to pass."""
+    before = {d.key: d for d in fleet.base().power_domains()}
+    after = (outcome.inventory or fleet.base()).power_domains()
+    rows = []
+    for d in sorted(after, key=lambda d: d.key):
+        was = before.get(d.key)
+        rows.append(PowerRow(d.key, d.cap, _draw(was) if was else None, _draw(d), d.unknown))
+    return rows
+
+
+def _draw(d: DomainPower) -> float | None:
+    # Only unknown nodes: unknown, not zero.
+    return None if d.unknown and not d.draw else round(d.draw, 1)
+
+
 def released(views: Iterable[NodeView], decisions: Iterable[Decision]) -> list[NodeView]:
     """The views once these decisions' claims are gone: apply_to_views undone."""
     freed: dict[str, list[tuple[str, Shard]]] = defaultdict(list)
@@ -190,12 +236,13 @@ def _release(v: NodeView, shards: list[tuple[str, Shard]]) -> NodeView:
 
 
 def lost_replicas(fleet: Fleet, nodes: Sequence[str]) -> list[Lost]:
+    on_node = fleet.on_node()
     gone = set(nodes)
+    hit = sorted({i for n in nodes for i in on_node.get(n, ())})
     out = []
-    for r in fleet.replicas:
-        on = tuple(n for n in r.decision.nodes if n in gone)
-        if on:
-            out.append(Lost(r, on))
+    for i in hit:
+        r = fleet.replicas[i]
+        out.append(Lost(r, tuple(n for n in r.decision.nodes if n in gone)))
     # The reconciler's order: models by name, each model's replicas in turn.
     out.sort(key=lambda lost: (lost.replica.model, lost.replica.id))
     return out
@@ -275,9 +322,7 @@ def sweep(fleet: Fleet, levels: Sequence[str] = SWEPT) -> tuple[int, list[Outcom
     for level in levels:
         if level not in LEVELS:
             raise WhatIfError(f"unknown level {level!r}: expected one of {', '.join(LEVELS)}")
-    wanted = [
-        d for d in sorted(fleet.domains()) if d.partition("=")[0] in levels and "=" in d
-    ]
+    wanted = [d for d in sorted(fleet.domains()) if d.partition("=")[0] in levels and "=" in d]
     hurt = []
     for domain in wanted:
         outcome = fail(fleet, domain, explain=False)

@@ -16,6 +16,8 @@ from llmgw.catalog.loader import CatalogError, parse
 from llmgw.catalog.models import Model
 from llmgw.catalog.models import Profile as ProfileRow
 from llmgw.catalog.services import _profile_fields
+from llmgw.facility import domains
+from llmgw.facility.domains import describe
 from llmgw.placement import whatif
 from llmgw.placement.explaining import decision_lines
 from llmgw.placement.scheduler import Inventory, headroom
@@ -24,7 +26,6 @@ from llmgw.placement.snapshot import node_views, profile_view
 from llmgw.placement.types import Decision, Profile, Shard, gib_bytes
 from llmgw.placement.whatif import Fleet, HeldReplica, Outcome, WhatIfError
 from llmgw.serving.choices import ReplicaState
-from llmgw.serving.models import Replica
 from llmgw.serving.models import Shard as ShardRow
 
 __all__ = ["WhatIfError", "load", "fail", "sweep", "place"]
@@ -40,13 +41,14 @@ def held_replicas() -> list[HeldReplica]:
             "replica__profile__name",
             "replica__profile__memory_gb",
             "replica__profile__cpu_cores",
+            "replica__profile__power_w",
             "node__name",
             "gpu_indices",
         )
     )
     shards: dict[int, list[Shard]] = defaultdict(list)
     heads: dict[int, tuple[str, str]] = {}
-    for rid, model, profile, memory_gb, cores, node, gpus in rows:
+    for rid, model, profile, memory_gb, cores, watts, node, gpus in rows:
         heads[rid] = (model, profile)
         shards[rid].append(
             Shard(
@@ -57,6 +59,8 @@ def held_replicas() -> list[HeldReplica]:
                 cpu_cores=cores or 0,
                 memory_bytes=gib_bytes(memory_gb or 0),
                 holds_weights=False,
+                # What the snapshot counts as declared (facility.services).
+                power_w=watts,
             )
         )
     return [
@@ -82,7 +86,9 @@ def _replica_words(r: HeldReplica) -> str:
 
 def outcome_data(fleet: Fleet, outcome: Outcome) -> dict[str, Any]:
     lost = []
-    lines = [f"if {outcome.domain} failed ({len(outcome.nodes)} nodes: {', '.join(outcome.nodes)}):"]
+    lines = [
+        f"if {outcome.domain} failed ({len(outcome.nodes)} nodes: {', '.join(outcome.nodes)}):"
+    ]
     if not outcome.lost:
         lines.append("  no held replica has a shard there: nothing is lost")
     for item in outcome.lost:
@@ -107,15 +113,30 @@ def outcome_data(fleet: Fleet, outcome: Outcome) -> dict[str, Any]:
             lines.append("    cannot be placed again:")
             lines += [f"      {line}" for line in entry["explanation"]["lines"][1:]]
         else:
-            lines.append(f"    cannot be placed again: {r.model} was refused for an earlier replica")
+            lines.append(
+                f"    cannot be placed again: {r.model} was refused for an earlier replica"
+            )
     below = outcome.below(fleet)
     for model, (after, wanted) in below.items():
         lines.append(f"  {model} would be left with {after} of {wanted} always-running replicas")
     if outcome.lost and not below:
         lines.append("  every held model keeps its always-running replicas")
+    power = whatif.power_after(fleet, outcome)
+    lines += power_lines(power)
     return {
         "domain": outcome.domain,
         "nodes": outcome.nodes,
+        "power": [
+            {
+                "domain": row.domain,
+                "cap_w": row.cap_w,
+                "before_w": row.before_w,
+                "after_w": row.after_w,
+                "headroom_w": row.headroom_w,
+                "unknown_nodes": row.unknown,
+            }
+            for row in power
+        ],
         "lost": lost,
         "replaced": sum(1 for e in lost if e["replaced"]),
         "not_replaced": sum(1 for e in lost if not e["replaced"]),
@@ -127,9 +148,34 @@ def outcome_data(fleet: Fleet, outcome: Outcome) -> dict[str, Any]:
     }
 
 
+def power_lines(rows: list[whatif.PowerRow]) -> list[str]:
+    if not rows:
+        return ["  power: no domain has a cap (budgets: in server.yaml)"]
+    out = ["  power afterwards, per capped domain:"]
+    for r in rows:
+        unknown = f", {r.unknown} nodes' draw unknown" if r.unknown else ""
+        if r.after_w is None:
+            out.append(f"    {describe(r.domain)}: draw unknown, cap {kw(r.cap_w)}{unknown}")
+            continue
+        was = f" (was {kw(r.before_w)})" if r.before_w != r.after_w else ""
+        out.append(
+            f"    {describe(r.domain)}: {kw(r.after_w)}{was} of its {kw(r.cap_w)} cap, "
+            f"{kw(r.headroom_w)} headroom{unknown}"
+        )
+    return out
+
+
+def kw(watts: float | None) -> str:
+    return "-" if watts is None else f"{watts / 1000:.1f} kW"
+
+
 def fail(domain: str) -> dict[str, Any]:
+    try:
+        key = domains.parse(domain)
+    except domains.DomainError as exc:
+        raise WhatIfError(str(exc)) from None
     fleet = load()
-    return outcome_data(fleet, whatif.fail(fleet, domain))
+    return outcome_data(fleet, whatif.fail(fleet, key))
 
 
 def sweep(levels: tuple[str, ...] = whatif.SWEPT) -> dict[str, Any]:

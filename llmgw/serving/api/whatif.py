@@ -4,12 +4,16 @@ nothing, so reading them is a viewer's right, as explain and headroom are."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from llmgw.accounts import roles
 from llmgw.accounts.permissions import IsViewer
 from llmgw.catalog.loader import CatalogError
 from llmgw.placement.whatif import LEVELS, SWEPT
@@ -23,8 +27,20 @@ class PlaceSerializer(serializers.Serializer):
     yaml = serializers.CharField(max_length=MAX_YAML, trim_whitespace=False)
 
 
+class ViewerDryRun(BasePermission):
+    """A viewer's, POST included: the POST carries a catalog file to place
+    on a copy of the fleet and stores nothing, like explain and headroom."""
+
+    message = IsViewer.message
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return request.method in ("GET", "HEAD", "OPTIONS", "POST") and roles.is_viewer(
+            request.user
+        )
+
+
 class WhatIfView(APIView):
-    permission_classes = [IsViewer]
+    permission_classes = [ViewerDryRun]
 
     @extend_schema(
         parameters=[OpenApiParameter("fail", str, description="rack=r07, pdu=p3 or a node's name")],
@@ -34,7 +50,11 @@ class WhatIfView(APIView):
         domain = request.query_params.get("fail", "").strip()
         if not domain:
             return Response(
-                {"fail": ["name a domain to fail: LEVEL=VALUE (site, room, row, rack, pdu) or a node"]},
+                {
+                    "fail": [
+                        "name a domain to fail: LEVEL=VALUE (site, room, row, rack, pdu) or a node"
+                    ]
+                },
                 status=status.HTTP_400_BAD_REQUEST,
             )
         try:
