@@ -107,6 +107,10 @@ def test_a_budget_refuses_with_the_three_numbers(fleet: Fleet) -> None:
     assert text.endswith("this shard adds 0.7 kW declared")
     shown = "\n".join(serving_explain_lines())
     assert "sim-h100-04 is in pdu r01-pdu1" in shown
+    # Where the replica went, in the facility tree.
+    [shard] = replica.shards.select_related("node")
+    rack = shard.node.labels["llmgw.io/rack"]
+    assert f"  {shard.node.name} (hall1/row0" in shown and f"/{rack} pdu {rack}-pdu" in shown
 
 
 def serving_explain_lines() -> list[str]:
