@@ -212,7 +212,8 @@ COMMANDS = (
     ),
     Command(
         "engine",
-        "engine pack BUILD_DIR --version V --out DIR: a release-shaped archive",
+        "engine pack BUILD_DIR --version V --out DIR: a release-shaped archive; "
+        "engine pack --wheelhouse SERVER_YAML --out DIR: the engines' packages as wheels",
         forward=_engine_pack,
         prefix=("pack",),
     ),
