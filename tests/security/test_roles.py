@@ -64,6 +64,10 @@ TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/fabrics/{id}/topology"): READ,
     ("POST", "/api/v1/fabrics/test"): OPERATE,
     ("GET", "/api/v1/nvlink"): READ,
+    # Dry runs on a copy of the fleet, the POST included (it stores nothing).
+    ("GET", "/api/v1/whatif"): READ,
+    ("POST", "/api/v1/whatif"): READ,
+    ("GET", "/api/v1/whatif/sweep"): READ,
     ("GET", "/api/v1/facility"): READ,
     ("POST", "/api/v1/facility/holds"): OPERATE,
     ("DELETE", "/api/v1/facility/holds/{domain}"): OPERATE,
