@@ -133,6 +133,8 @@ class AgentClient:
 
     def _client(self) -> httpx.Client:
         verify: ssl.SSLContext | str | bool = str(self.ca_file) if self.ca_file else True
+        # The command stream's TLS: ca_file trusted, and the node's certificate under mTLS.
+        stream = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else None
         if self.cert_file is not None and self.key_file is not None:
             import certifi  # httpx's own trust store, when no ca_file is given
 
@@ -145,12 +147,22 @@ class AgentClient:
                 ) from None
             stat = self.cert_file.stat()
             self._loaded = (stat.st_mtime_ns, stat.st_ino)
-            verify = context
+            verify = stream = context
+        self._context = stream
         return httpx.Client(
             timeout=self.timeout_s,
             verify=verify,
             headers={"User-Agent": f"llmgw-agent/{__version__}"},
         )
+
+    def stream_identity(self) -> tuple[dict[str, str], ssl.SSLContext | None] | None:
+        """How the command stream proves this node: its headers and its TLS context;
+        None while there is nothing to prove it with (not joined yet)."""
+        if self.cert_file is not None:
+            return {}, self._context
+        if self.credential is None:
+            return None
+        return {"Authorization": f"Node {self.credential}"}, self._context
 
     def _reload_if_replaced(self) -> None:
         """A certificate written over the one in use (a renewal, or an operator who

@@ -176,7 +176,11 @@ class Agent:
             # Opened, and reopened, to whichever URL the heartbeats last reached.
             client = self.client
             commands = Stream(
-                lambda: client.server_url, lambda: client.credential, self.roots, self.stop
+                lambda: client.server_url,
+                lambda: client.credential,
+                self.roots,
+                self.stop,
+                identity=client.stream_identity,
             )
             threading.Thread(target=commands.run_forever, name="stream", daemon=True).start()
         registered = self.send(self.client.register, self.registration, "register")

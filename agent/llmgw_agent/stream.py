@@ -12,6 +12,7 @@ last answered a heartbeat.
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,8 @@ from .collectors.registry import Roots
 from .protocol.stream import Command, Result
 
 log = logging.getLogger("llmgw_agent.stream")
+# The stream's headers, and its TLS context (None: the default).
+Identity = tuple[dict[str, str], ssl.SSLContext | None]
 STREAM = "/api/agent/v1/stream"
 
 Handler = Callable[[Roots, Mapping[str, Any]], str]
@@ -90,6 +93,7 @@ class Stream:
         roots: Roots,
         stop: threading.Event,
         commands: Mapping[str, Handler] | None = None,
+        identity: Callable[[], Identity | None] | None = None,
     ) -> None:
         if isinstance(server_url, str):
             stream_url(server_url)  # a bad URL fails here, not in the thread
@@ -103,6 +107,9 @@ class Stream:
         # The registry above; `llmgw simulate` answers for made-up nodes with its own.
         self.commands = COMMANDS if commands is None else commands
         self.credential = credential
+        # How to prove the node (AgentClient.stream_identity): its headers and the TLS
+        # context, which carries the node's certificate under mTLS and trusts ca_file.
+        self.identity = identity
         self.roots = roots
         self.stop = stop
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="command")
@@ -111,17 +118,19 @@ class Stream:
     def run_forever(self) -> None:
         backoff = Backoff()
         while not self.stop.is_set():
-            credential = self.credential()
-            if credential is None:
+            proof = self._proof()
+            if proof is None:
                 self.stop.wait(5.0)
                 continue
+            headers, context = proof
             url = stream_url(self.server_url())
             try:
                 with connect(
                     url,
-                    additional_headers={"Authorization": f"Node {credential}"},
+                    additional_headers=headers,
                     open_timeout=10,
                     close_timeout=2,
+                    ssl=context if url.startswith("wss:") else None,
                 ) as ws:
                     log.info("command stream open to %s", url)
                     backoff.reset()
@@ -133,6 +142,12 @@ class Stream:
                 )
                 self.stop.wait(delay)
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _proof(self) -> Identity | None:
+        if self.identity is not None:
+            return self.identity()
+        credential = self.credential()
+        return None if credential is None else ({"Authorization": f"Node {credential}"}, None)
 
     def _serve(self, ws: ClientConnection) -> None:
         while not self.stop.is_set():

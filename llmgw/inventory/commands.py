@@ -19,6 +19,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 from django.utils import timezone
 
+from llmgw.accounts.models import NodeCertificate
 from llmgw.inventory.models import AgentCommand, CommandState, Node
 
 log = logging.getLogger("llmgw.commands")
@@ -89,8 +90,22 @@ def _group_send(name: str, kind: str) -> None:
             log.debug("could not send %s to %s", kind, name, exc_info=True)
 
 
+# What a stream opened with a certificate holds: this and the certificate's
+# serial. A credential's digest is hex, so the two never meet.
+CERT_HELD = "cert-"
+
+
 def holds(node_id: int, credential_hash: str) -> bool:
-    """Whether the node's credential is still the one a stream opened with."""
+    """Whether the node's credential (or certificate) is still the one a
+    stream opened with."""
+    if credential_hash.startswith(CERT_HELD):
+        name = Node.objects.filter(pk=node_id, revoked_at=None).values_list("name", flat=True)
+        return NodeCertificate.objects.filter(
+            serial=credential_hash[len(CERT_HELD) :],
+            node_name__in=name,
+            revoked_at=None,
+            not_after__gt=timezone.now(),
+        ).exists()
     return bool(credential_hash) and (
         Node.objects.filter(pk=node_id, credential_hash=credential_hash, revoked_at=None).exists()
     )
@@ -104,6 +119,10 @@ def _held(credential_hash: str | None) -> dict[str, Any]:
     # which the column never is.
     if credential_hash is None:
         return {}
+    if credential_hash.startswith(CERT_HELD):
+        # Revoking a node marks it and its certificates in one transaction,
+        # so the node's revoked_at is as good a witness here.
+        return {"node__revoked_at": None}
     return {"node__credential_hash": credential_hash or None, "node__revoked_at": None}
 
 

@@ -18,7 +18,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from llmgw_agent.protocol.stream import Command
 
-from llmgw.inventory import commands, services
+from llmgw.inventory import commands, node_certificates, services
 
 POLL_S = 1.0
 # The close code of a refused or revoked credential (4000 + HTTP 401).
@@ -27,7 +27,8 @@ UNAUTHORIZED = 4401
 
 class AgentStreamConsumer(AsyncJsonWebsocketConsumer):
     node_id: int | None = None
-    # The digest of the credential this stream opened with.
+    # The digest of the credential this stream opened with, or
+    # commands.CERT_HELD and the serial of its certificate.
     held: str = ""
     group: str | None = None
     _closed = False
@@ -38,17 +39,24 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):
         scheme, _, credential = (
             headers.get(b"authorization", b"").decode(errors="replace").partition(" ")
         )
-        node = (
-            await database_sync_to_async(services.authenticate)(credential)
-            if scheme == "Node"
-            else None
-        )
+        pem = node_certificates.client_certificate(self.scope)
+        if pem is not None:
+            # A certificate is the node, as on the agent API; such a stream
+            # hears of commands at its poll (the wake-up goes to credentials).
+            node, held = await database_sync_to_async(node_certificates.authenticate_stream)(pem)
+        else:
+            node = (
+                await database_sync_to_async(services.authenticate)(credential)
+                if scheme == "Node"
+                else None
+            )
+            held = node.credential_hash if node is not None else ""
         if node is None:
             await self.close(code=UNAUTHORIZED)
             return
-        self.node_id, self.held = node.pk, node.credential_hash
+        self.node_id, self.held = node.pk, held
         self._lock = asyncio.Lock()
-        self.group = commands.group(node.pk, node.credential_hash)
+        self.group = commands.group(node.pk, held)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         self._poller = asyncio.create_task(self._poll())

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Any
 
 from cryptography import x509
 from django.db import transaction
 
 from llmgw.accounts import ca, certificates
+from llmgw.inventory import commands
 from llmgw.inventory.models import AuditEvent, Node
 from llmgw.inventory.services import NODE_NAME, InventoryError
 
@@ -46,6 +48,23 @@ def add_node(
         node_name=name, actor=actor, action="node-certificate", detail=f"#{ca.serial_hex(cert)}"
     )
     return cert
+
+
+def client_certificate(scope: dict[str, Any] | None) -> str | None:
+    """The verified client certificate (PEM) of the connection, from the
+    ASGI "tls" extension (llmgw.accounts.mtls); None when there is none
+    (plain HTTP, or TLS without a client certificate)."""
+    tls = ((scope or {}).get("extensions") or {}).get("tls") or {}
+    chain = tls.get("client_cert_chain") or []
+    return chain[0] if chain else None
+
+
+def authenticate_stream(pem: str) -> tuple[Node | None, str]:
+    """The node of a command stream opened with a certificate, and what the
+    stream holds (commands.holds): the certificate, by its serial."""
+    node, _ = authenticate(pem)
+    serial = ca.serial_hex(x509.load_pem_x509_certificate(pem.encode()))
+    return node, commands.CERT_HELD + serial
 
 
 def authenticate(pem: str) -> tuple[Node | None, str]:

@@ -32,22 +32,13 @@ class NodeCredentialAuthentication(authentication.BaseAuthentication):
         return self.keyword
 
 
-def client_certificate(scope: dict[str, Any] | None) -> str | None:
-    """The verified client certificate (PEM) of the connection, from the
-    ASGI "tls" extension; None when there is none (plain HTTP, or TLS
-    without a client certificate)."""
-    tls = ((scope or {}).get("extensions") or {}).get("tls") or {}
-    chain = tls.get("client_cert_chain") or []
-    return chain[0] if chain else None
-
-
 class NodeCertificateAuthentication(authentication.BaseAuthentication):
     """A connection that came with a client certificate is that
     certificate's node, or refused with the reason: a credential header
     beside it is not a second chance."""
 
     def authenticate(self, request: Request) -> tuple[Any, Node] | None:
-        pem = client_certificate(getattr(request._request, "scope", None))
+        pem = node_certificates.client_certificate(getattr(request._request, "scope", None))
         if pem is None:
             return None
         node, reason = node_certificates.authenticate(pem)
