@@ -1,14 +1,13 @@
 """`llmgw simulate`: simulated agents, posting through the same agent API
-as a real one.
+as a real one, thousands of them from one process (llmgw.simulator.swarm).
 
 It runs beside the control plane because it gives itself identities the
 way an operator would (`llmgw node add`), then joins like a real agent.
 Credentials are kept under LLMGW_DATA_DIR/simulator so a restart reuses
 them. A name already taken by a real node is left alone.
 
-Each simulated node also opens the agent's command stream, with the agent's
-own client, and answers `ibnetdiscover` with its fabric's map
-(llmgw.simulator.fabrics), so the control plane maps simulated fabrics the
+Each simulated node also opens the agent's command stream and answers
+`ibnetdiscover` with its fabric's map (llmgw.simulator.fabrics), so the control plane maps simulated fabrics the
 way it maps real ones, and the fabric test's requests with simulated
 numbers, marked so (llmgw.simulator.perftest). Cables change live through
 `llmgw simulate-event`, which writes LLMGW_DATA_DIR/simulator/cables.json;
@@ -17,22 +16,22 @@ it is read every beat.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
-import time
-from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
+import aiohttp
 from django.conf import settings
-from llmgw_agent.client import AgentClient, AuthError, Backoff, read_credential, send_latest
-from llmgw_agent.collectors.registry import Roots
-from llmgw_agent.stream import Handler, Stream
+from django.db import connection
+from llmgw_agent.client import read_credential, write_credential
 
 from llmgw.inventory import services
 from llmgw.inventory.models import Node
-from llmgw.simulator import fabrics, perftest
+from llmgw.simulator import fabrics
 from llmgw.simulator.fleet import SimNode, make_fleet
+from llmgw.simulator.swarm import Member, Refused, Swarm
+from llmgw.simulator.swarm import handlers as handlers  # what a node's stream answers
 
 log = logging.getLogger("llmgw.simulate")
 
@@ -41,7 +40,10 @@ def _credential_file(name: str) -> Path:
     return Path(settings.DATA_DIR) / "simulator" / f"{name}.credential"
 
 
-def ensure_joined(client: AgentClient, sim: SimNode) -> str | None:
+def identity(sim: SimNode) -> tuple[str, str] | None:
+    """("credential", it) when the node's stored credential still works,
+    ("token", a join token) when it must join (again), None for a name a
+    real node holds."""
     path = _credential_file(sim.name)
     existing = Node.objects.filter(name=sim.name).first()
     if existing is not None and existing.registered_at and not existing.simulated:
@@ -49,31 +51,43 @@ def ensure_joined(client: AgentClient, sim: SimNode) -> str | None:
         return None
     credential = read_credential(path)
     if credential and existing is not None and services.authenticate(credential):
-        return credential
+        return "credential", credential
     if existing is not None and existing.credential_hash:
         services.revoke_node(sim.name, "simulator")
-    token = services.add_node(sim.name, "simulator")
-    return client.join(sim.name, token, path)
+    return "token", services.add_node(sim.name, "simulator")
 
 
-def handlers(sim: SimNode) -> dict[str, Handler]:
-    """What a simulated node's stream answers (its registration's features)."""
+def _identities(fleet: list[SimNode]) -> list[tuple[str, str] | None]:
+    try:
+        return [identity(sim) for sim in fleet]
+    finally:
+        connection.close()  # this thread's own, which ends with it
 
-    def ping(roots: Roots, args: Mapping[str, Any]) -> str:
-        return "pong"
 
-    def ibnetdiscover(roots: Roots, args: Mapping[str, Any]) -> str:
-        if sim.ib is None:
-            raise RuntimeError("ibnetdiscover: no InfiniBand adapter on this node")
-        if args.get("ports"):
-            raise RuntimeError("the simulator prints the topology format only")
-        return sim.ib.discover(sim.name, str(args.get("device") or "mlx5_0"))
+async def join_fleet(swarm: Swarm, fleet: list[SimNode]) -> list[Member]:
+    """Each node's credential: kept from the last run, or joined for now,
+    several joins at once. The database work runs in one thread of its own,
+    off the event loop."""
+    loop = asyncio.get_running_loop()
+    members: list[Member] = []
+    with ThreadPoolExecutor(1, thread_name_prefix="simulate-db") as db:
+        identities = await loop.run_in_executor(db, _identities, fleet)
+    joining = asyncio.Semaphore(16)
 
-    out = {"ping": ping}
-    if sim.ib is not None:
-        out["ibnetdiscover"] = ibnetdiscover
-        out.update(perftest.handlers(sim))
-    return out
+    async def member(sim: SimNode, kind: str, value: str) -> None:
+        if kind == "token":
+            async with joining:
+                try:
+                    value = await swarm.join(sim.name, value)
+                except (Refused, aiohttp.ClientError, TimeoutError) as exc:
+                    log.error("%s could not join: %s", sim.name, exc)
+                    return
+            write_credential(_credential_file(sim.name), value)
+        members.append(Member(sim, value))
+
+    found = zip(fleet, identities, strict=True)
+    await asyncio.gather(*(member(sim, *what) for sim, what in found if what is not None))
+    return members
 
 
 class Cables:
@@ -126,64 +140,19 @@ def run(
     server: str, count: int, interval: float, prefix: str, once: bool, nvl72_trays: int = 0
 ) -> int:
     fleet = make_fleet(count, prefix, nvl72_trays=nvl72_trays)
-    stop = threading.Event()
-    clients: dict[str, AgentClient] = {}
     # Several web processes, comma-separated, as a real agent's server_urls.
     urls = [url for url in server.split(",") if url]
-    for sim in fleet:
-        client = AgentClient(urls)
-        credential = ensure_joined(client, sim)
-        if credential is None:
-            continue
-        client.credential = credential
-        clients[sim.name] = client
-    log.info("simulating %d nodes against %s every %.0f s", len(clients), server, interval)
-    if not once:
-        for sim in fleet:
-            if sim.name in clients:
-                client = clients[sim.name]
-                stream = Stream(
-                    # The stream follows its heartbeats to whichever URL answers.
-                    lambda c=client: c.server_url,
-                    lambda c=client: c.credential,
-                    Roots(),
-                    stop,
-                    commands=handlers(sim),
-                )
-                threading.Thread(
-                    target=stream.run_forever, name=f"stream-{sim.name}", daemon=True
-                ).start()
     cables = Cables(fleet)
-    registered: set[str] = set()
-    backoff = Backoff()
-    while not stop.is_set():
-        started = time.monotonic()
-        cables.poll()
-        for sim in fleet:
-            client = clients.get(sim.name)
-            if client is None:
-                continue
-            try:
-                if sim.name not in registered:
-                    client.register(sim.registration(interval))
-                    registered.add(sim.name)
-                answer = send_latest(
-                    client.heartbeat,
-                    sim.heartbeat,
-                    backoff=backoff,
-                    stop=stop,
-                    max_attempts=1,
-                    what=f"{sim.name} heartbeat",
-                )
-                if answer and "desired" in answer:
-                    sim.desired = answer["desired"]
-                if answer and answer.get("register"):
-                    registered.discard(sim.name)
-            except AuthError as exc:
-                log.error("%s: %s", sim.name, exc)
-            except Exception as exc:  # a simulator keeps going, like an agent
-                log.warning("%s: %s", sim.name, exc)
-        if once:
-            return 0
-        stop.wait(max(0.0, interval - (time.monotonic() - started)))
+
+    async def main() -> None:
+        swarm = Swarm(urls, [], interval, streams=not once, tick=cables.poll)
+        async with swarm:
+            swarm.members = await join_fleet(swarm, fleet)
+            log.info(
+                "simulating %d nodes against %s every %.0f s", len(swarm.members), server, interval
+            )
+            cables.poll()
+            await swarm.run(once=once)
+
+    asyncio.run(main())
     return 0

@@ -83,12 +83,19 @@ class SimFabric:
     #: live cable changes: (host, device) -> "down" | "short"
     cables: dict[tuple[str, str], str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Both are read for every port on every beat; scanning the tree for
+        # them each time made a fleet of thousands quadratic. The tree and
+        # its managers never change; live cable changes touch neither.
+        self._hosts = {h.name: h for h in self.tree.hosts}
+        self._records: dict[tuple[str, int, str], dict[str, Any]] = {}
+
     @property
     def name(self) -> str:
         return self.spec.name
 
     def host(self, name: str) -> Host:
-        return next(h for h in self.tree.hosts if h.name == name)
+        return self._hosts[name]
 
     def guid(self, node: str, device: str) -> str:
         return f"0x{self.host(node).adapter_guid(int(device.rsplit('_', 1)[1])):016x}"
@@ -105,12 +112,16 @@ class SimFabric:
         return self.cables.get((node, device)) == "down"
 
     def sm_record(self, host: str, priority: int, state: str) -> dict[str, Any]:
-        return {
-            "guid": self.guid(host, "mlx5_0"),
-            "lid": self.tree.lid_of(host, "mlx5_0"),
-            "priority": priority,
-            "state": state,
-        }
+        key = (host, priority, state)
+        record = self._records.get(key)
+        if record is None:
+            record = self._records[key] = {
+                "guid": self.guid(host, "mlx5_0"),
+                "lid": self.tree.lid_of(host, "mlx5_0"),
+                "priority": priority,
+                "state": state,
+            }
+        return dict(record)
 
     def master(self) -> dict[str, Any]:
         host, priority = self.managers[0]

@@ -200,7 +200,7 @@ class SimNode:
             agent_version="0.1.0-sim",
             features=[*features_for({}), *self.commands()],
             simulated=True,
-            heartbeat_interval_s=round(interval_s),
+            heartbeat_interval_s=max(1, round(interval_s)),
             labels={
                 "llmgw.io/room": "hall1",
                 # Two racks to a row, as dealt (four nodes to a rack).

@@ -1,0 +1,298 @@
+"""A whole simulated fleet in one process, on one event loop.
+
+A thread per node (the agent's own client, a blocking WebSocket each)
+does not reach thousands of nodes: threads, sockets and a Python
+interpreter switching between them cost more than building the payloads.
+Here every node is a coroutine on one loop sharing one HTTP connection
+pool, each on its own jittered interval, sending what a real agent sends
+(llmgw.simulator.fleet builds it with the protocol's own builders) and
+answering its command stream over one shared WebSocket session.
+
+Every node behaves as an agent does: it registers before its first
+heartbeat and again when the answer asks it to, takes the answer's
+desired state, fails over to the next web process when one does not
+answer, and reopens its command stream with backoff. The time from a
+heartbeat's send to its answer is recorded: the answer comes once the
+heartbeat is stored, so it is what `make bench-heartbeat` measures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import msgspec
+from llmgw_agent.collectors.registry import Roots
+from llmgw_agent.protocol import SCHEMA
+from llmgw_agent.protocol.messages import Join
+from llmgw_agent.protocol.stream import Command, Result
+from llmgw_agent.stream import STREAM, Handler
+
+from llmgw.simulator import perftest
+from llmgw.simulator.fleet import SimNode
+
+log = logging.getLogger("llmgw.simulate")
+
+JOIN, REGISTER, HEARTBEAT = (
+    "/api/agent/v1/join",
+    "/api/agent/v1/register",
+    "/api/agent/v1/heartbeat",
+)
+_JSON = {"Content-Type": "application/json"}
+# A heartbeat's interval varies by this much either way, as real agents'
+# timers drift apart; nodes also start at random points of the interval.
+JITTER = 0.1
+_encode = msgspec.json.Encoder().encode
+_read_command = msgspec.json.Decoder(Command).decode
+
+
+class Unavailable(Exception):
+    """No web process answered (refused, timed out, or 5xx from each)."""
+
+
+class Refused(Exception):
+    """A 4xx: the control plane does not take this from this node."""
+
+
+def handlers(sim: SimNode) -> dict[str, Handler]:
+    """What a simulated node's stream answers (its registration's features)."""
+
+    def ping(roots: Roots, args: Mapping[str, Any]) -> str:
+        return "pong"
+
+    def ibnetdiscover(roots: Roots, args: Mapping[str, Any]) -> str:
+        if sim.ib is None:
+            raise RuntimeError("ibnetdiscover: no InfiniBand adapter on this node")
+        if args.get("ports"):
+            raise RuntimeError("the simulator prints the topology format only")
+        return sim.ib.discover(sim.name, str(args.get("device") or "mlx5_0"))
+
+    out = {"ping": ping}
+    if sim.ib is not None:
+        out["ibnetdiscover"] = ibnetdiscover
+        out.update(perftest.handlers(sim))
+    return out
+
+
+@dataclass
+class Stats:
+    """Heartbeats answered (with their send-to-answer seconds) and failed."""
+
+    latencies: list[float] = field(default_factory=list)
+    failed: int = 0
+    registered: int = 0
+
+    def reset(self) -> None:
+        self.latencies, self.failed = [], 0
+
+
+@dataclass
+class Member:
+    sim: SimNode
+    credential: str
+    url: int = 0
+    registered: bool = False
+
+
+class Swarm:
+    def __init__(
+        self,
+        urls: list[str],
+        members: list[Member],
+        interval_s: float,
+        *,
+        streams: bool = True,
+        seed: int = 7,
+        connections: int = 256,
+        tick: Callable[[], None] | None = None,
+    ) -> None:
+        self.urls = [url.rstrip("/") for url in urls]
+        self.members = members
+        self.interval_s = interval_s
+        self.streams = streams
+        self.rng = random.Random(seed)
+        self.connections = connections
+        self.tick = tick
+        self.stats = Stats()
+        # The fabric test's commands block for their run: never on the loop.
+        self.commands = ThreadPoolExecutor(4, thread_name_prefix="simulate-command")
+        # Registrations are the heaviest request; a fleet starting at once
+        # must not queue thousands of them ahead of everyone's heartbeats.
+        self.registering = asyncio.Semaphore(16)
+        self.session: aiohttp.ClientSession | None = None
+        self._answering: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> Swarm:
+        connector = aiohttp.TCPConnector(limit=self.connections, ttl_dns_cache=None)
+        timeout = aiohttp.ClientTimeout(total=30, sock_connect=10)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.session is not None:
+            await self.session.close()
+        self.commands.shutdown(wait=False, cancel_futures=True)
+
+    async def run(self, seconds: float | None = None, once: bool = False) -> None:
+        """Until cancelled, for `seconds`, or (once) one registration and
+        one heartbeat of each node."""
+        if once:
+            await asyncio.gather(*(self._beat(m) for m in self.members))
+            return
+        tasks = [asyncio.create_task(self._life(m)) for m in self.members]
+        if self.streams:
+            tasks += [asyncio.create_task(self._stream(m)) for m in self.members]
+        if self.tick is not None:
+            tasks.append(asyncio.create_task(self._ticking()))
+        try:
+            if seconds is None:
+                await asyncio.gather(*tasks)
+            else:
+                await asyncio.sleep(seconds)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _ticking(self) -> None:
+        assert self.tick is not None
+        while True:
+            self.tick()
+            await asyncio.sleep(1.0)
+
+    # -- joining -----------------------------------------------------------
+
+    async def join(self, name: str, token: str) -> str:
+        """The node's credential, for its one-time join token."""
+        assert self.session is not None
+        body = _encode(Join(schema=SCHEMA, node=name, token=token))
+        url = self.urls[0] + JOIN
+        async with self.session.post(url, data=body, headers=_JSON) as response:
+            answer = await response.json(content_type=None)
+            if response.status != 200 or answer.get("node") != name:
+                raise Refused(f"join {name}: {response.status} {answer}")
+            return str(answer["credential"])
+
+    # -- heartbeats ------------------------------------------------------
+
+    async def _life(self, member: Member) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self.rng.uniform(0, self.interval_s)
+        while True:
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            await self._beat(member)
+            # On its own beat, not interval after the last answer: a slow
+            # answer must not slow the node's heartbeats down.
+            due += self.interval_s * self.rng.uniform(1 - JITTER, 1 + JITTER)
+            if due < loop.time():
+                due = loop.time()
+
+    async def _beat(self, member: Member) -> None:
+        sim = member.sim
+        try:
+            if not member.registered:
+                async with self.registering:
+                    await self._post(member, REGISTER, _encode(sim.registration(self.interval_s)))
+                member.registered = True
+                self.stats.registered += 1
+            body = _encode(sim.heartbeat())
+            started = time.perf_counter()
+            answer = await self._post(member, HEARTBEAT, body)
+            self.stats.latencies.append(time.perf_counter() - started)
+        except Unavailable as exc:
+            self.stats.failed += 1
+            log.warning("%s: %s", sim.name, exc)
+            return
+        except Refused as exc:
+            self.stats.failed += 1
+            log.error("%s: %s", sim.name, exc)
+            return
+        if "desired" in answer:
+            sim.desired = answer["desired"]
+        if answer.get("register"):
+            member.registered = False
+
+    async def _post(self, member: Member, path: str, body: bytes) -> dict[str, Any]:
+        """POST to the web process this node uses, and on to the next ones
+        when it does not answer, as the agent's client does."""
+        assert self.session is not None
+        headers = {
+            "Authorization": f"Node {member.credential}",
+            "Content-Type": "application/json",
+        }
+        failures = []
+        for _ in self.urls:
+            url = self.urls[member.url]
+            try:
+                async with self.session.post(url + path, data=body, headers=headers) as response:
+                    if response.status < 500:
+                        answer = await response.json(content_type=None)
+                        if response.status >= 400:
+                            raise Refused(f"POST {path}: {response.status} {answer}")
+                        return answer  # type: ignore[no-any-return]
+                    failures.append(f"{url}: {response.status}")
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                failures.append(f"{url}: {type(exc).__name__} {exc}")
+            member.url = (member.url + 1) % len(self.urls)
+        raise Unavailable(f"POST {path}: " + "; ".join(failures))
+
+    # -- the command stream ----------------------------------------------
+
+    async def _stream(self, member: Member) -> None:
+        assert self.session is not None
+        delay = 1.0
+        commands = handlers(member.sim)
+        await asyncio.sleep(self.rng.uniform(0, self.interval_s))
+        while True:
+            base = self.urls[member.url]
+            url = "ws" + base[len("http") :] + STREAM
+            try:
+                async with self.session.ws_connect(
+                    url, headers={"Authorization": f"Node {member.credential}"}, heartbeat=None
+                ) as ws:
+                    delay = 1.0
+                    async for message in ws:
+                        if message.type != aiohttp.WSMsgType.TEXT:
+                            break
+                        task = asyncio.create_task(self._answer(ws, commands, message.data))
+                        # Held until done: the loop keeps only weak references.
+                        self._answering.add(task)
+                        task.add_done_callback(self._answering.discard)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                log.debug("%s: command stream: %s", member.sim.name, exc)
+            await asyncio.sleep(delay * self.rng.uniform(0.5, 1.5))
+            delay = min(delay * 2, 60.0)
+
+    async def _answer(
+        self, ws: aiohttp.ClientWebSocketResponse, commands: Mapping[str, Handler], raw: str
+    ) -> None:
+        try:
+            command = _read_command(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.warning("ignoring a message on the command stream: %s", exc)
+            return
+        handler = commands.get(command.command)
+        if handler is None:
+            result = Result(
+                id=command.id, ok=False, error=f"this agent does not answer {command.command!r}"
+            )
+        else:
+            loop = asyncio.get_running_loop()
+            try:
+                output = await loop.run_in_executor(
+                    self.commands, handler, Roots(), command.args or {}
+                )
+                result = Result(id=command.id, ok=True, output=output)
+            except Exception as exc:  # noqa: BLE001 - a failed command is reported, never fatal
+                result = Result(id=command.id, ok=False, error=f"{type(exc).__name__}: {exc}")
+        try:
+            await ws.send_str(_encode(result).decode())
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            log.warning("could not send the result of command #%s: %s", command.id, exc)
