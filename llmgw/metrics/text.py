@@ -53,8 +53,6 @@ class Family:
         self._width = len(labels)
 
     def add_metric(self, values: Sequence[str], value: float) -> None:
-        if len(values) != self._width:
-            raise ValueError(f"{self.name}: {self._width} label values wanted, got {len(values)}")
         joined = "".join(values)
         if "\\" in joined or '"' in joined or "\n" in joined:
             values = [_escape(v) for v in values]
@@ -65,7 +63,13 @@ class Family:
             text = str(value)
         else:
             text = number(value)
-        self.lines.append(self._format % (*values, text))
+        try:
+            # The format's arity checks the number of label values.
+            line = self._format % (*values, text)
+        except TypeError:
+            wanted = f"{self._width} label values wanted, got {len(values)}"
+            raise ValueError(f"{self.name}: {wanted}") from None
+        self.lines.append(line)
 
     def text(self) -> str:
         doc = self.doc.replace("\\", "\\\\").replace("\n", "\\n")
