@@ -84,43 +84,51 @@ def _replica_words(r: HeldReplica) -> str:
     return f"{r.model} replica #{r.id} ({r.decision.profile} on {', '.join(r.decision.nodes)})"
 
 
+def lost_data(item: whatif.Lost) -> dict[str, Any]:
+    r = item.replica
+    return {
+        "replica": r.id,
+        "model": r.model,
+        "profile": r.decision.profile,
+        "nodes": list(r.decision.nodes),
+        "lost_on": list(item.on),
+        "replaced": item.decision is not None,
+        "decision": decision_data(item.decision) if item.decision else None,
+        "explanation": explanation_data(item.placement) if item.placement else None,
+    }
+
+
+def lost_lines(item: whatif.Lost, entry: dict[str, Any]) -> list[str]:
+    r = item.replica
+    lines = [f"  lost: {_replica_words(r)}"]
+    if item.decision is not None:
+        where = decision_lines({"model": r.model, "decision": entry["decision"]})
+        lines.append(f"    re-placed as {where[0].split(': placed as ', 1)[1]}")
+        lines += [f"    {line.strip()}" for line in where[1:]]
+    elif item.placement is not None:
+        lines.append("    cannot be placed again:")
+        lines += [f"      {line}" for line in entry["explanation"]["lines"][1:]]
+    else:
+        lines.append(f"    cannot be placed again: {r.model} was refused for an earlier replica")
+    return lines
+
+
 def outcome_data(fleet: Fleet, outcome: Outcome) -> dict[str, Any]:
-    lost = []
-    lines = [
-        f"if {outcome.domain} failed ({len(outcome.nodes)} nodes: {', '.join(outcome.nodes)}):"
-    ]
+    count = f"{len(outcome.nodes)} node" + ("" if len(outcome.nodes) == 1 else "s")
+    lines = [f"if {outcome.domain} failed ({count}: {', '.join(outcome.nodes)}):"]
+    # The verdict first: the detail below it runs to a line per node refused.
+    below = outcome.below(fleet)
     if not outcome.lost:
         lines.append("  no held replica has a shard there: nothing is lost")
-    for item in outcome.lost:
-        r = item.replica
-        entry: dict[str, Any] = {
-            "replica": r.id,
-            "model": r.model,
-            "profile": r.decision.profile,
-            "nodes": list(r.decision.nodes),
-            "lost_on": list(item.on),
-            "replaced": item.decision is not None,
-            "decision": decision_data(item.decision) if item.decision else None,
-            "explanation": explanation_data(item.placement) if item.placement else None,
-        }
-        lost.append(entry)
-        lines.append(f"  lost: {_replica_words(r)}")
-        if item.decision is not None:
-            where = decision_lines({"model": r.model, "decision": entry["decision"]})
-            lines += [f"    re-placed as {where[0].split(': placed as ', 1)[1]}"]
-            lines += [f"    {line.strip()}" for line in where[1:]]
-        elif item.placement is not None:
-            lines.append("    cannot be placed again:")
-            lines += [f"      {line}" for line in entry["explanation"]["lines"][1:]]
-        else:
-            lines.append(
-                f"    cannot be placed again: {r.model} was refused for an earlier replica"
-            )
-    below = outcome.below(fleet)
     for model, (after, wanted) in below.items():
         lines.append(f"  {model} would be left with {after} of {wanted} always-running replicas")
     if outcome.lost and not below:
         lines.append("  every held model keeps its always-running replicas")
+    lost = []
+    for item in outcome.lost:
+        entry = lost_data(item)
+        lost.append(entry)
+        lines += lost_lines(item, entry)
     power = whatif.power_after(fleet, outcome)
     lines += power_lines(power)
     return {

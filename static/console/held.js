@@ -109,6 +109,7 @@
       el("h3", {}, "Room for more"), headroom(m),
       el("h3", {}, "Counts"), form(m),
       el("h3", {}, "Placement"), explanation(ex),
+      el("h3", {}, "What if a rack, PDU or node failed"), LG.whatif(m),
     );
     if (old) card.querySelector(".result").replaceWith(old);
     const row = document.querySelector(`tr[data-model="${CSS.escape(name)}"]`);

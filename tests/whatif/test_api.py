@@ -136,3 +136,22 @@ def test_ctl_whatif_prints_the_servers_lines(fleet, api, tmp_path):
     path.write_text(NEW)
     args.file = str(path)
     assert "new-model: 2 of 2 replicas would be placed" in ctl_whatif.cmd_place(Via(), args)
+
+
+def test_the_power_afterwards_sits_beside_each_cap(fleet, api):
+    from llmgw.catalog.models import Profile
+    from llmgw.facility import services as facility
+
+    # Each replica declares 5 kW; rack r1 is capped at 20 kW.
+    Profile.objects.filter(model__name="big").update(power_w=5000)
+    facility.set_budgets([{"domain": "rack=r1", "watts": 20000}])
+    in_r1 = next(n for n in fleet if n != "b1")
+    data = api.get("/api/v1/whatif", {"fail": in_r1}).json()
+    [row] = data["power"]
+    # The replica moves within the rack: 5 kW declared there, before and after.
+    assert row["domain"] == "rack=r1" and row["cap_w"] == 20000
+    assert row["after_w"] is not None and row["after_w"] >= 5000
+    assert row["headroom_w"] == row["cap_w"] - row["after_w"]
+    text = "\n".join(data["lines"])
+    assert "power afterwards, per capped domain:" in text
+    assert "rack r1: " in text and "of its 20.0 kW cap" in text, text
