@@ -53,6 +53,7 @@ from llmgw.inventory import heartbeats, services  # noqa: E402
 from llmgw.inventory.models import Node  # noqa: E402
 from llmgw.simulator.fleet import make_fleet  # noqa: E402
 from llmgw.simulator.swarm import Member, Swarm  # noqa: E402
+from llmgw.simulator.swarm import run as run_loop  # noqa: E402
 from tests.servers import Server, start_uvicorn  # noqa: E402
 
 PREFIX = "bench"
@@ -244,7 +245,7 @@ def main() -> None:
         for _ in range(args.web):
             servers.append(start_uvicorn(env=env))
         processes = [psutil.Process(server.proc.pid) for server in servers]
-        result = asyncio.run(
+        result = run_loop(
             measure(
                 [server.url for server in servers], members, args.interval, args.warmup,
                 args.seconds, processes,

@@ -32,6 +32,7 @@ from llmgw.simulator import fabrics
 from llmgw.simulator.fleet import SimNode, make_fleet
 from llmgw.simulator.swarm import Member, Refused, Swarm
 from llmgw.simulator.swarm import handlers as handlers  # what a node's stream answers
+from llmgw.simulator.swarm import run as run_loop
 
 log = logging.getLogger("llmgw.simulate")
 
@@ -154,5 +155,5 @@ def run(
             cables.poll()
             await swarm.run(once=once)
 
-    asyncio.run(main())
+    run_loop(main())
     return 0

@@ -251,6 +251,11 @@ class SimNode:
         ]
 
     def heartbeat(self) -> Heartbeat:
+        """The next heartbeat, checked against the protocol's bounds as an agent's is."""
+        return build_heartbeat(self.name, **self.parts())
+
+    def parts(self) -> dict[str, Any]:
+        """The next heartbeat's parts, as build_heartbeat takes them."""
         s, rng = self.shape, self.rng
         # A bounded random walk: load that drifts like a real node's, not noise.
         self.cpu_percent = min(98.0, max(1.0, self.cpu_percent + rng.uniform(-4, 4)))
@@ -298,9 +303,7 @@ class SimNode:
             for n in ("cpu", "memory", "filesystems", "weights")
         ]
         engines, shards = self.engines()
-        return build_heartbeat(
-            self.name, data=data, collectors=collectors, engines=engines, shards=shards
-        )
+        return {"data": data, "collectors": collectors, "engines": engines, "shards": shards}
 
     def set_tray(self, change: str | None, initially_held_out: bool) -> None:
         """A tray event: "out" takes IMEX down (the tray leaves its NVLink
