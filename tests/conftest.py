@@ -4,10 +4,21 @@ SQLite default, in a subprocess of its own."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+
+@pytest.fixture(autouse=True)
+def cold_placement_fleet() -> Any:
+    """Each test starts with no warm fleet (llmgw.serving.warm): one kept
+    from a test whose rows were rolled back describes nodes that never were."""
+    yield
+    warm = sys.modules.get("llmgw.serving.warm")
+    if warm is not None:
+        warm.FLEET.reset()
 
 
 @pytest.fixture

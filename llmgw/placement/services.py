@@ -4,13 +4,18 @@ inside the transaction and under the lock that make it safe to act on."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from llmgw.catalog.models import Model
 from llmgw.placement import scheduler
 from llmgw.placement.explaining import attempt_lines, lines
 from llmgw.placement.snapshot import leaf_name, node_views, profile_view
-from llmgw.placement.types import Decision, Placement
+from llmgw.placement.types import Decision, Explanation, NodeView, Placement, Profile, Shard
+
+Attempts = tuple[tuple[str, int, bool], ...]
 
 
 class PlacementError(Exception):
@@ -55,6 +60,118 @@ def room_for(model: Model, wanted: int) -> tuple[int, dict[str, Any] | None]:
             return placed, explanation_data(placement)
         inventory.apply(placement.decision)
     return wanted, None
+
+
+def decide_on(
+    inventory: scheduler.Inventory, model: str, profiles: Sequence[Profile]
+) -> tuple[Decision | None, Attempts]:
+    """Place's choice without its explanation: highest priority first, ties
+    in the order given, and the profiles tried. Nothing is judged node by
+    node; record_data keeps what explain needs to do that on read."""
+    attempts: list[tuple[str, int, bool]] = []
+    decision: Decision | None = None
+    for p in sorted(profiles, key=lambda p: -p.priority):
+        decision = inventory.decide(model, p)
+        attempts.append((p.name, p.priority, decision is not None))
+        if decision is not None:
+            break
+    return decision, tuple(attempts)
+
+
+def record_data(model: str, decision: Decision | None, attempts: Attempts) -> dict[str, Any]:
+    """What a placement stores: the decision and the profiles tried, without
+    a line per node (judged on read, see judged)."""
+    data: dict[str, Any] = {
+        "model": model,
+        "placed": decision is not None,
+        "decision": decision_data(decision) if decision else None,
+        "route": route_text(decision),
+        "attempts": [
+            {"profile": name, "priority": priority, "placed": placed, "reasons": []}
+            for name, priority, placed in attempts
+        ],
+        "judged_on_read": True,
+    }
+    if decision is not None:
+        data["decision"]["leaf"] = decision.leaf
+        data["decision"]["short_cabled"] = list(decision.short_cabled)
+    return data
+
+
+def stored_decision(model: str, data: dict[str, Any]) -> Decision:
+    shards = tuple(
+        Shard(
+            node=s["node"],
+            gpu_indices=tuple(s["gpus"]),
+            gpu_uuids=tuple(s["gpu_uuids"]),
+            adapters=tuple(s["adapters"]),
+            cpu_cores=s["cpu_cores"],
+            memory_bytes=s["memory_bytes"],
+            holds_weights=s["holds_weights"],
+            power_w=s.get("power_w"),
+            location=s.get("location", ""),
+        )
+        for s in data["shards"]
+    )
+    return Decision(
+        model,
+        data["profile"],
+        shards,
+        data.get("fabric"),
+        dict(data.get("env") or {}),
+        data.get("leaf"),
+        tuple(data.get("short_cabled") or ()),
+    )
+
+
+def without(views: Iterable[NodeView], decision: Decision) -> list[NodeView]:
+    """The views as they read before the decision's claims existed."""
+    shards = {s.node: s for s in decision.shards}
+    out: list[NodeView] = []
+    for v in views:
+        s = shards.get(v.name)
+        if s is None:
+            out.append(v)
+            continue
+        freed = set(s.gpu_indices)
+        models = dict(v.models)
+        models[decision.model] = models.get(decision.model, 0) - 1
+        if models[decision.model] <= 0:
+            del models[decision.model]
+        out.append(
+            replace(
+                v,
+                gpus=tuple(replace(g, allocated=False) if g.index in freed else g for g in v.gpus),
+                claimed_memory_bytes=max(0, v.claimed_memory_bytes - s.memory_bytes),
+                claimed_cores=max(0, v.claimed_cores - s.cpu_cores),
+                models=models,
+            )
+        )
+    return out
+
+
+def judged(
+    model: str,
+    profiles: Sequence[Profile],
+    decision: Decision | None,
+    attempts: Attempts,
+    views: Iterable[NodeView],
+) -> Placement:
+    """A stored decision with its explanation, every node judged now on
+    `views` (the fleet as it stands, the decision's own claims taken out by
+    the caller): what explain renders. Same words as a fresh placement's
+    while the fleet has not changed since."""
+    inventory = scheduler.Inventory(views)
+    by_name = {p.name: p for p in profiles}
+    sources = []
+    for name, _, placed in attempts:
+        p = by_name.get(name)
+        if p is not None:
+            # A private method of the same package: the scheduler's own judge.
+            sources.append(
+                partial(inventory._explain, model, p, decision if placed else None)  # noqa: SLF001
+            )
+    return Placement(model, decision, Explanation(model, attempts, sources))
 
 
 def explanation_data(placement: Placement) -> dict[str, Any]:

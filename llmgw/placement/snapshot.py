@@ -4,6 +4,7 @@ of queries, whatever the fleet's size."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -52,7 +53,7 @@ class Claims:
     models: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
 
 
-def claims_by_node() -> Claims:
+def claims_by_node(only: Collection[int] | None = None) -> Claims:
     """Memory and cores each node owes its shards, read from the catalog's
     declared figures (seed 8fd4c1392d): what a profile asked for is not
     something a running process reports, and it survives a restart. And how
@@ -63,7 +64,8 @@ def claims_by_node() -> Claims:
     them, so a fractional memory_gb adds up to the same bytes either way.
     Read through the node's own relations: serving stores the shards, and
     placement reads them without importing serving."""
-    rows = Node.objects.values(
+    nodes = Node.objects.all() if only is None else Node.objects.filter(pk__in=list(only))
+    rows = nodes.values(
         "pk",
         "shards__replica__model__name",
         "shards__replica__profile__memory_gb",
@@ -285,21 +287,28 @@ def gpu_view(card: CardView, claimed: set[int], limits: dict[int, float]) -> Gpu
     )
 
 
-def node_views() -> list[NodeView]:
+def node_views(only: Collection[int] | None = None) -> list[NodeView]:
+    """Every node's view, or only these nodes' (by pk): what a warm copy of
+    the fleet reads again when the database says they changed."""
     now = timezone.now()
-    claims = claims_by_node()
+    claims = claims_by_node(only)
     claimed = defaultdict(set)
-    for node_id, index in Node.objects.filter(gpu_claims__isnull=False).values_list(
+    mine = Node.objects.all() if only is None else Node.objects.filter(pk__in=list(only))
+    for node_id, index in mine.filter(gpu_claims__isnull=False).values_list(
         "pk", "gpu_claims__index"
     ):
         claimed[node_id].add(index)
-    nodes = list(Node.objects.all())
+    nodes = list(mine)
     cards = card_views(nodes)
     holds = defaultdict(set)
-    for node_id, name in ModelHolding.objects.values_list("node_id", "model_name"):
+    rows = (
+        ModelHolding.objects.all() if only is None else ModelHolding.objects.filter(node__in=mine)
+    )
+    for node_id, name in rows.values_list("node_id", "model_name"):
         holds[node_id].add(name)
     ports = defaultdict(list)
-    for port in Port.objects.select_related("physical_fabric"):
+    in_ports = Port.objects.all() if only is None else Port.objects.filter(node__in=mine)
+    for port in in_ports.select_related("physical_fabric"):
         ports[port.node_id].append(port)
     maps = map_indexes()
     facility = Facility()

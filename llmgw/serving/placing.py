@@ -14,6 +14,7 @@ committed.
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import connection, transaction
@@ -23,8 +24,9 @@ from llmgw.catalog.models import Model
 from llmgw.inventory.models import Node
 from llmgw.placement import services as placement
 from llmgw.placement.explaining import lines
-from llmgw.placement.types import Placement
-from llmgw.serving import desired
+from llmgw.placement.snapshot import profile_view
+from llmgw.placement.types import Decision, Explanation, Placement, Rejection
+from llmgw.serving import desired, warm
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import GpuClaim, PlacementRecord, Replica, Shard
 
@@ -38,39 +40,78 @@ def _lock() -> None:
 
 
 def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
-    """Place one more replica of the model, or record why it cannot be."""
-    with transaction.atomic():
+    """Place one more replica of the model, or record why it cannot be.
+
+    Decided on this process's warm fleet, checked against the database
+    under the lock (warm.py); the explanation is judged when read, not
+    here: at 5,000 nodes it cost as much as the rest of a placement."""
+    with warm.FLEET.lock, transaction.atomic():
         _lock()
         model = placement.load_model(model_name)
-        result = placement.decide(model)
-        data = placement.explanation_data(result)
-        if result.decision is None:
+        profiles = [profile_view(p) for p in model.profiles.all()]
+        inventory = warm.FLEET.current()
+        generation = warm.FLEET.generation
+        decision, attempts = placement.decide_on(inventory, model.name, profiles)
+        data = placement.record_data(model.name, decision, attempts)
+        result = Placement(
+            model.name,
+            decision,
+            Explanation(model.name, attempts, [partial(_judge_now, model.name, data)]),
+        )
+        if decision is None:
             _record(model, None, data)
             return None, result
-        decision = result.decision
-        profiles = {p.name: p for p in model.profiles.all()}
-        replica = Replica.objects.create(
-            model=model,
-            profile=profiles[decision.profile],
-            fabric=decision.fabric or "",
-            env=dict(decision.env),
-            explanation=data,
-        )
-        _record(model, replica, data)
-        nodes = {n.name: n for n in Node.objects.filter(name__in=decision.nodes)}
-        for rank, s in enumerate(decision.shards):
-            shard = Shard.objects.create(
-                replica=replica,
-                node=nodes[s.node],
-                rank=rank,
-                gpu_indices=list(s.gpu_indices),
-                adapters=list(s.adapters),
-            )
-            GpuClaim.objects.bulk_create(
-                GpuClaim(shard=shard, node=nodes[s.node], index=i) for i in s.gpu_indices
-            )
-        desired.rebuild(n.pk for n in nodes.values())
+        replica = _store(model, decision, data)
+        rows = warm.FLEET.own_rows()
+        transaction.on_commit(partial(warm.FLEET.committed, decision, rows, generation))
         return replica, result
+
+
+def _store(model: Model, decision: Decision, data: dict[str, Any]) -> Replica:
+    profiles = {p.name: p for p in model.profiles.all()}
+    replica = Replica.objects.create(
+        model=model,
+        profile=profiles[decision.profile],
+        fabric=decision.fabric or "",
+        env=dict(decision.env),
+        explanation=data,
+    )
+    _record(model, replica, data)
+    nodes = {n.name: n for n in Node.objects.filter(name__in=decision.nodes)}
+    for rank, s in enumerate(decision.shards):
+        shard = Shard.objects.create(
+            replica=replica,
+            node=nodes[s.node],
+            rank=rank,
+            gpu_indices=list(s.gpu_indices),
+            adapters=list(s.adapters),
+        )
+        GpuClaim.objects.bulk_create(
+            GpuClaim(shard=shard, node=nodes[s.node], index=i) for i in s.gpu_indices
+        )
+    desired.rebuild(n.pk for n in nodes.values())
+    return replica
+
+
+def _judge_now(model_name: str, data: dict[str, Any]) -> tuple[Rejection, ...]:
+    """A fresh placement's rejections, judged when first read (the place
+    API's answer): the fleet now, the decision's own claims taken out."""
+    return judge(model_name, data, data["placed"]).explanation.rejections
+
+
+def judge(model_name: str, data: dict[str, Any], holds_claims: bool) -> Placement:
+    """A stored decision judged node by node on the fleet now. `holds_claims`:
+    the decision's replica still holds its claims, which are taken out so
+    that its own nodes read as they did when it was decided."""
+    model = placement.load_model(model_name)
+    profiles = [profile_view(p) for p in model.profiles.all()]
+    decision = placement.stored_decision(model_name, data["decision"]) if data["decision"] else None
+    attempts = tuple((a["profile"], a["priority"], a["placed"]) for a in data["attempts"])
+    with warm.FLEET.lock:
+        views = warm.FLEET.views_now()
+    if decision is not None and holds_claims:
+        views = placement.without(views, decision)
+    return placement.judged(model_name, profiles, decision, attempts, views)
 
 
 def _record(model: Model, replica: Replica | None, data: dict[str, Any]) -> None:
@@ -106,7 +147,7 @@ def explain(model_name: str) -> dict[str, Any]:
     record = PlacementRecord.objects.filter(model__name=model_name).first()
     if record is None:
         data = {
-            **placement.explanation_data(placement.dry_run(model_name)),
+            **placement.explanation_data(dry_run(model_name)),
             **_when(now, now),
             "recorded_at": None,
             "dry_run": True,
@@ -114,8 +155,19 @@ def explain(model_name: str) -> dict[str, Any]:
         }
         heading = [f"{data['model']}: never placed; this is what placement would decide now"]
         return {**data, "lines": heading + lines(data)}
+    state = None
+    if record.placed_replica is not None:
+        state = (
+            Replica.objects.filter(pk=record.placed_replica).values_list("state", flat=True).first()
+        )
+    stored = record.explanation
+    if stored.get("judged_on_read"):
+        # Its nodes judged now: the decision's own claims taken out while
+        # its replica holds them, so they read as when it was decided.
+        judged = judge(model_name, stored, state is not None)
+        stored = {**placement.explanation_data(judged), "judged_now": True}
     data = {
-        **record.explanation,
+        **stored,
         **_when(record.at, now),
         "recorded_at": record.at.isoformat(),
         "dry_run": False,
@@ -125,9 +177,6 @@ def explain(model_name: str) -> dict[str, Any]:
     }
     heading = [f"made {data['made_at']} ({_ago(data['age_s'])} ago)"]
     if record.placed_replica is not None:
-        state = (
-            Replica.objects.filter(pk=record.placed_replica).values_list("state", flat=True).first()
-        )
         data["placed_replica"] = {
             "id": record.placed_replica,
             "state": state,
@@ -140,6 +189,16 @@ def explain(model_name: str) -> dict[str, Any]:
     # Rendered again from the data: a record stored before explanations
     # carried their lines reads like any other.
     return {**data, "lines": heading + lines(data)}
+
+
+def dry_run(model_name: str) -> Placement:
+    """What placement would decide now, on the warm fleet, every node judged."""
+    model = placement.load_model(model_name)
+    profiles = [profile_view(p) for p in model.profiles.all()]
+    with warm.FLEET.lock:
+        decision, attempts = placement.decide_on(warm.FLEET.current(), model.name, profiles)
+        views = warm.FLEET.views_now()
+    return placement.judged(model.name, profiles, decision, attempts, views)
 
 
 def _when(made: datetime, now: datetime) -> dict[str, Any]:

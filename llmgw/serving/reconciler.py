@@ -130,7 +130,15 @@ def _reconcile(model: Model, now: datetime) -> dict[str, Any]:
     while len(live) + len(done["placed"]) < wanted:
         replica, result = placing.place_replica(model.name)
         if replica is None:
-            done["refused"] = result.explanation.render()
+            # The profiles tried; every node's reason is judged when asked
+            # (explain), not on every tick of a model that cannot be placed.
+            tried = "; ".join(
+                f"profile {n} (priority {p}): does not fit"
+                for n, p, _ in result.explanation.attempts
+            )
+            done["refused"] = (
+                f"{tried or 'no profiles to place'} (explain names every node's reason)"
+            )
             break
         done["placed"].append(replica.pk)
     if len(live) > wanted:

@@ -1,0 +1,310 @@
+"""Each process's warm copy of the fleet as placement sees it.
+
+Reading the whole fleet and indexing it costs tens of milliseconds at 5,000
+nodes, and the reconciler and the place API did both on every decision. A
+process keeps the node views and the scheduler's index instead, and before
+each use asks the database which nodes changed since it last looked: one
+indexed query on the log that PostgreSQL's triggers write
+(migrations/0006_node_changes.py) for every change of capacity, claims,
+cordons, labels, engines, ports and weights, whichever process or app made
+it. Only those nodes are read again.
+
+Why a log with transaction ids rather than a counter: a counter bumped in
+every such transaction would serialise the fleet's heartbeats on one row,
+and a plain sequence is assigned before commit, so a transaction that
+commits after a younger one would be missed for good. Each log row carries
+its transaction's id, and a read takes every row at or above the oldest
+transaction still running at the previous read (pg_snapshot_xmin): nothing
+that commits late is below that line. Rows already read are skipped by id.
+
+A process's own placements are applied to its index in memory as they
+commit (their log rows are then skipped), so a worker placing in a loop
+re-indexes nothing. Any other change (another process's placement, a
+release, a cordon, a card gone bad) reads the changed nodes again and
+re-indexes only them (Inventory.replace); a node that joined, left, moved
+in the facility tree or changed the weights it holds re-indexes the fleet
+from the views in memory. Staleness needs no write:
+each Ready node's deadline (last heartbeat + the missed-heartbeat grace) is
+kept, and a node past it is read again.
+
+Two workers placing at once still never hand out one GPU twice: the warm
+index is only read under placement's advisory lock, after the check, in
+the transaction that writes the claims (serving.placing), and the unique
+(node, index) claim refuses what slipped past anyway. SQLite (the embedded
+default, one process) has no log: there the fleet is read whole each time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from llmgw.inventory.models import Node
+from llmgw.placement.scheduler import Inventory
+from llmgw.placement.snapshot import node_views
+from llmgw.placement.types import READY, Decision, NodeView
+
+CHANGES = """
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text, c.id, c.node_id, c.xid::text
+FROM (SELECT 1) AS one
+LEFT JOIN serving_nodechange c ON c.xid >= %s::xid8
+"""
+
+
+# The log is pruned of rows older than the mark set at least KEEP_S ago
+# (every transaction below that mark had finished when it was set); a
+# process that has not looked for IDLE_S (well under KEEP_S) reads the
+# fleet whole instead of trusting a log that may have lost its rows.
+KEEP_S = 600
+IDLE_S = 300
+PRUNE_EVERY_S = 60
+# A heartbeat's interval: measured power is no fresher than that.
+POWER_EVERY_S = 10
+PRUNE = """
+WITH mark AS (
+    SELECT xmin_mark FROM serving_nodechange_mark
+    WHERE id = 1 AND marked_at < now() - make_interval(secs => %s)
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM serving_nodechange WHERE xid < (SELECT xmin_mark FROM mark)
+)
+UPDATE serving_nodechange_mark
+SET xmin_mark = pg_snapshot_xmin(pg_current_snapshot()), marked_at = now()
+WHERE id = 1 AND EXISTS (SELECT 1 FROM mark)
+"""
+
+
+class WarmFleet:
+    def __init__(self) -> None:
+        # Held while the index is read or changed: a web process serves
+        # requests on threads.
+        self.lock = threading.RLock()
+        self.reset()
+
+    def reset(self) -> None:
+        self.views: dict[int, NodeView] = {}
+        self.order: list[int] = []
+        self.inventory: Inventory | None = None
+        self.horizon = "0"
+        # Log row id -> its transaction id, for rows read at or above the horizon.
+        self.seen: dict[int, int] = {}
+        # (deadline, node) for each node Ready by its last heartbeat.
+        self.deadlines: list[tuple[datetime, int]] = []
+        self.deadline_of: dict[int, datetime] = {}
+        # Nodes past their deadline whose row still says Ready: a heartbeat
+        # brings them back without a logged change.
+        self.lapsed: set[int] = set()
+        # Nodes our own decisions changed in the index; their views are old.
+        self.dirty: set[int] = set()
+        self.pk_by_name: dict[str, int] = {}
+        # Bumped at every look at the log: a decision made before one is
+        # not applied after it.
+        self.generation = 0
+        self.looked_at = self.pruned_at = time.monotonic()
+        self.rebuilds = 0
+        self.reads = 0
+        self.replaced = 0
+        # Nodes in a power-capped domain, whose measured draw placement
+        # reads: read again every POWER_EVERY_S, as no row logs a reading.
+        self.capped: set[int] = set()
+        self.power_read_at = time.monotonic()
+
+    # -- reading -------------------------------------------------------------
+
+    def current(self) -> Inventory:
+        """The index as the database has it now; the caller holds `lock`."""
+        if connection.vendor != "postgresql":
+            return Inventory(node_views())
+        now = time.monotonic()
+        if now - self.pruned_at > PRUNE_EVERY_S:
+            self.pruned_at = now
+            with connection.cursor() as cursor:
+                cursor.execute(PRUNE, [KEEP_S])
+        # Rows this process never read may have been pruned meanwhile.
+        if now - self.looked_at > IDLE_S:
+            self.inventory = None
+        self.looked_at = now
+        self.generation += 1
+        if self.inventory is None:
+            self._start()
+            return self._inventory()
+        changed, everything = self._changes()
+        if everything:
+            self._load_all()
+        elif changed:
+            self._reload(changed)
+        return self._inventory()
+
+    def _inventory(self) -> Inventory:
+        assert self.inventory is not None
+        return self.inventory
+
+    def _start(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text")
+            self.horizon = cursor.fetchone()[0]
+        self.seen = {}
+        self._load_all()
+
+    def views_now(self) -> list[NodeView]:
+        """Every node's view as stored now, own decisions included."""
+        self.current()
+        if self.dirty:
+            self._reload(set(), exact=True)
+        return [self.views[pk] for pk in self.order]
+
+    def _changes(self) -> tuple[set[int], bool]:
+        with connection.cursor() as cursor:
+            cursor.execute(CHANGES, [self.horizon])
+            rows = cursor.fetchall()
+        horizon = int(rows[0][0])
+        changed: set[int] = set()
+        everything = False
+        for _, row_id, node_id, xid in rows:
+            if row_id is None or row_id in self.seen:
+                continue
+            self.seen[row_id] = int(xid)
+            if node_id is None:
+                everything = True
+            else:
+                changed.add(node_id)
+        self.horizon = str(horizon)
+        self.seen = {i: x for i, x in self.seen.items() if x >= horizon}
+        changed |= self._lapsed()
+        if self.capped and time.monotonic() - self.power_read_at > POWER_EVERY_S:
+            self.power_read_at = time.monotonic()
+            changed |= self.capped
+        return changed, everything
+
+    def _lapsed(self) -> set[int]:
+        """Nodes whose readiness the clock changed since the last look."""
+        now = timezone.now()
+        out: set[int] = set()
+        while self.deadlines and self.deadlines[0][0] < now:
+            deadline, pk = heapq.heappop(self.deadlines)
+            if self.deadline_of.get(pk) == deadline:
+                del self.deadline_of[pk]
+                out.add(pk)
+        if self.lapsed:
+            back = self._ready(self.lapsed, now)
+            out |= back
+            self.lapsed -= back
+        return out
+
+    def _ready(self, pks: Iterable[int], now: datetime) -> set[int]:
+        rows = Node.objects.filter(pk__in=list(pks)).values_list(
+            "pk", "state", "last_heartbeat_at", "heartbeat_interval_s"
+        )
+        return {pk for pk, state, at, every in rows if self._deadline(state, at, every, now)}
+
+    @staticmethod
+    def _deadline(state: str, at: datetime | None, every: int, now: datetime) -> datetime | None:
+        if state != READY or at is None:
+            return None
+        deadline = at + timedelta(seconds=every * settings.MISSED_HEARTBEATS_NOT_READY)
+        return deadline if deadline >= now else None
+
+    def _follow(self, pks: Iterable[int] | None) -> None:
+        """Note the readiness deadlines of these nodes (all when None)."""
+        rows = Node.objects.all() if pks is None else Node.objects.filter(pk__in=list(pks))
+        now = timezone.now()
+        for pk, state, at, every in rows.values_list(
+            "pk", "state", "last_heartbeat_at", "heartbeat_interval_s"
+        ):
+            deadline = self._deadline(state, at, every, now)
+            if deadline is not None:
+                heapq.heappush(self.deadlines, (deadline, pk))
+                self.deadline_of[pk] = deadline
+            elif state == READY and at is not None:
+                self.lapsed.add(pk)
+
+    def _load_all(self) -> None:
+        self.pk_by_name = dict(Node.objects.values_list("name", "pk"))
+        views = node_views()
+        self.views = {self.pk_by_name[v.name]: v for v in views}
+        self.order = [self.pk_by_name[v.name] for v in views]
+        self.deadlines, self.deadline_of, self.lapsed, self.dirty = [], {}, set(), set()
+        self._follow(None)
+        self._index()
+
+    def _reload(self, changed: set[int], exact: bool = False) -> None:
+        """Read these nodes again and re-index only them (Inventory.replace),
+        unless one was removed or changed where it sits or what weights it
+        holds: then the fleet is indexed again from the views in memory.
+        `exact`: also the nodes our own decisions changed in memory."""
+        pks = changed | self.dirty if exact else set(changed)
+        fresh = {v.name: v for v in node_views(only=pks)}
+        names = dict(Node.objects.filter(pk__in=pks).values_list("pk", "name"))
+        if any(pk not in self.views or self.views[pk].name != name for pk, name in names.items()):
+            # A node joined or was renamed: its place in node order is new.
+            self._load_all()
+            return
+        views = {pk: fresh.get(names.get(pk, "")) for pk in pks}
+        replaceable = self.inventory is not None and all(
+            v is not None
+            and v.labels == self.views[pk].labels
+            and v.holds_weights == self.views[pk].holds_weights
+            for pk, v in views.items()
+        )
+        for pk, view in views.items():
+            if view is None:
+                self.views.pop(pk, None)
+            else:
+                self.views[pk] = view
+        self.order = [pk for pk in self.order if pk in self.views]
+        self.pk_by_name = {v.name: pk for pk, v in self.views.items()}
+        for pk in pks:
+            # Its entry in the heap goes stale: popped, it is skipped.
+            self.deadline_of.pop(pk, None)
+        self.lapsed -= pks
+        self._follow(pks)
+        self.reads += len(pks)
+        self.dirty -= pks
+        if replaceable and self.inventory is not None:
+            self.inventory.replace(v for v in views.values() if v is not None)
+            self.replaced += len(pks)
+        else:
+            self.dirty = set()
+            self._index()
+
+    def _index(self) -> None:
+        self.inventory = Inventory(self.views[pk] for pk in self.order)
+        self.capped = {pk for pk, v in self.views.items() if v.budgets}
+        self.rebuilds += 1
+
+    # -- our own decisions ---------------------------------------------------
+
+    def own_rows(self) -> dict[int, int]:
+        """The log rows this transaction wrote so far, by id (call it last
+        thing before commit, inside the transaction)."""
+        if connection.vendor != "postgresql":
+            return {}
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id, xid::text FROM serving_nodechange WHERE xid = pg_current_xact_id()"
+            )
+            return {r[0]: int(r[1]) for r in cursor.fetchall()}
+
+    def committed(self, decision: Decision, rows: dict[int, int], generation: int) -> None:
+        """Our decision committed: apply it to the index it was made on and
+        skip the log rows it wrote. If the index was looked at since the
+        decision (`generation` moved: another thread of this process), it
+        is left alone and reads those rows like any other change."""
+        with self.lock:
+            if self.inventory is None or generation != self.generation:
+                return
+            if any(s.node not in self.pk_by_name for s in decision.shards):
+                return
+            self.inventory.apply(decision)
+            self.dirty.update(self.pk_by_name[s.node] for s in decision.shards)
+            self.seen.update(rows)
+
+
+FLEET = WarmFleet()

@@ -1,0 +1,165 @@
+"""The warm fleet: each process keeps the fleet indexed and the database
+says which nodes changed. Each change here is made the way production
+makes it (a heartbeat through the agent API, a cordon and a label through
+the services, a claim from another connection), committed, and then seen
+by the very next placement."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from django.db import connection, transaction
+from llmgw_agent.collectors.gpu import collect_gpus
+
+from llmgw.catalog import services as catalog
+from llmgw.catalog.models import Model
+from llmgw.inventory import services as inventory
+from llmgw.inventory.models import Gpu, Node
+from llmgw.serving import placing, warm
+from llmgw.serving.models import GpuClaim, Replica, Shard
+from tests.inventory.test_gpus import H100, join_with_gpus
+from tests.payloads import heartbeat, registration
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def catalog_for(gpu_class: str) -> str:
+    return f"""
+models:
+  - name: whole
+    source: hf://x/whole
+    profiles:
+      - name: eight
+        gpu_class: {gpu_class}
+        gpus_per_shard: 8
+  - name: one
+    source: hf://x/one
+    profiles:
+      - name: single
+        gpu_class: {gpu_class}
+        gpus_per_shard: 1
+  - name: pooled
+    source: hf://x/pooled
+    profiles:
+      - name: cpu
+        memory_gb: 1
+        cpu_cores: 2
+        node_selector:
+          pool: blue
+"""
+
+
+def elsewhere(change: Callable[[], None]) -> None:
+    """Run a change on a connection of its own, committed, as another
+    process would."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with transaction.atomic():
+                change()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert not errors, errors
+
+
+@pytest.fixture
+def dgx(make_node, agent_client):
+    """One H100 node, joined and Ready, and the catalog; the fleet is warm."""
+    agent, roots, clock = join_with_gpus(make_node, agent_client, "dgx-1", H100)
+    assert agent.post("heartbeat", heartbeat("dgx-1", **collect_gpus(roots))).status_code == 200
+    catalog.apply_text(catalog_for(Gpu.objects.filter(node__name="dgx-1").first().gpu_class))
+    placing.dry_run("whole")
+    assert warm.FLEET.inventory is not None
+    return agent, roots
+
+
+def words(model: str) -> str:
+    return placing.explain(model)["text"]
+
+
+def test_a_heartbeat_that_breaks_a_card_is_seen_by_the_next_placement(dgx):
+    agent, roots = dgx
+    assert placing.dry_run("whole").decision is not None
+    sample = collect_gpus(roots)["gpus"]
+    sample[3]["xids"] = {"79": 1}
+    assert agent.post("heartbeat", heartbeat("dgx-1", gpus=sample)).status_code == 200
+    replica, _ = placing.place_replica("whole")
+    assert replica is None
+    assert "XID 79" in words("whole")
+
+
+def test_a_claim_committed_by_another_process_is_seen_by_the_next_placement(dgx):
+    node = Node.objects.get(name="dgx-1")
+    placed, _ = placing.place_replica("one")
+    assert placed is not None and list(placed.shards.get().gpu_indices) == [0]
+
+    def claim_six() -> None:
+        model = Model.objects.get(name="one")
+        replica = Replica.objects.create(model=model, profile=model.profiles.get())
+        shard = Shard.objects.create(replica=replica, node=node, gpu_indices=[1, 2, 3, 4, 5, 6])
+        GpuClaim.objects.bulk_create(GpuClaim(shard=shard, node=node, index=i) for i in range(1, 7))
+
+    elsewhere(claim_six)
+    replica, _ = placing.place_replica("one")
+    assert replica is not None and list(replica.shards.get().gpu_indices) == [7]
+    assert placing.place_replica("one")[0] is None
+    assert "has 0 free" in words("one")
+
+
+def test_a_cordon_is_seen_by_the_next_placement(dgx):
+    assert placing.dry_run("one").decision is not None
+    elsewhere(lambda: inventory.cordon("dgx-1", "RMA: GPU 3 fell off the bus", "ops"))
+    assert placing.place_replica("one")[0] is None
+    assert "dgx-1 is cordoned: RMA: GPU 3 fell off the bus" in words("one")
+    elsewhere(lambda: inventory.uncordon("dgx-1", "ops"))
+    assert placing.place_replica("one")[0] is not None
+
+
+def test_a_label_is_seen_by_the_next_placement(dgx):
+    assert placing.place_replica("pooled")[0] is None
+    assert "dgx-1 has no label pool, needs pool='blue'" in words("pooled")
+    elsewhere(lambda: inventory.set_labels("dgx-1", {"pool": "blue"}, "ops"))
+    replica, _ = placing.place_replica("pooled")
+    assert replica is not None and replica.shards.get().node.name == "dgx-1"
+
+
+def test_a_node_that_stops_heartbeating_is_not_ready_for_the_next_placement(dgx):
+    agent, roots = dgx
+    Node.objects.filter(name="dgx-1").update(heartbeat_interval_s=1)
+    assert placing.dry_run("one").decision is not None
+    # Three missed one-second heartbeats: no row changes, the clock does.
+    time.sleep(3.2)
+    assert placing.place_replica("one")[0] is None
+    assert "dgx-1 is NotReady" in words("one")
+    assert agent.post("heartbeat", heartbeat("dgx-1", **collect_gpus(roots))).status_code == 200
+    assert placing.place_replica("one")[0] is not None
+
+
+def test_own_placements_are_applied_in_memory_and_never_hand_out_a_card_twice(dgx):
+    placing.place_replica("one")
+    built = warm.FLEET.rebuilds
+    taken = [list(placing.place_replica("one")[0].shards.get().gpu_indices) for _ in range(7)]
+    assert sorted(i for gpus in taken for i in gpus) == list(range(1, 8))
+    assert warm.FLEET.rebuilds == built
+    assert placing.place_replica("one")[0] is None
+    assert GpuClaim.objects.filter(node__name="dgx-1").count() == 8
+
+
+def test_a_new_node_joins_the_warm_fleet(dgx, make_node, agent_client):
+    placing.place_replica("pooled")
+    _, credential = make_node("cpu-1")
+    agent = agent_client(credential)
+    agent.post("register", registration("cpu-1", labels={"pool": "blue"}))
+    agent.post("heartbeat", heartbeat("cpu-1"))
+    replica, _ = placing.place_replica("pooled")
+    assert replica is not None and replica.shards.get().node.name == "cpu-1"
