@@ -133,6 +133,9 @@ def main() -> int:
     )
     parser.add_argument("--steady", type=float, default=20.0, help="seconds of steady state")
     parser.add_argument("--logs", type=Path, help="keep every process's log in this folder")
+    parser.add_argument(
+        "--ready-timeout", type=float, help="seconds a size may take to be Ready (0.3 s a node)"
+    )
     args = parser.parse_args()
     try:
         sizes = [int(n.replace("_", "")) for n in args.nodes.split(",") if n.strip()]
@@ -141,29 +144,44 @@ def main() -> int:
     if not sizes or sizes != sorted(set(sizes)) or sizes[0] < 1:
         parser.error(f"--nodes: ascending sizes of at least 1, not {args.nodes!r}")
     results: dict[int, dict[str, float]] = {}
+    failure = ""
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-fleet-") as tmp:
         layout = Layout(Path(tmp))
         try:
             print("starting PostgreSQL, Redis, 2 web processes and 2 workers ...", flush=True)
             layout.start()
-            have = 0
-            for size in sizes:
-                print(f"{size:,} nodes: simulating {size - have:,} more ...", flush=True)
-                started = time.monotonic()
-                layout.simulate(f"f{size}", size - have, args.interval)
-                layout.wait_ready(size, timeout_s=max(300.0, size * 0.3))
-                ready = time.monotonic() - started
-                have = size
-                results[size] = {"ready_s": ready, **measure_size(layout, size, args)}
-        except Exception:
-            print(layout.log_tails(), file=sys.stderr)
-            raise
+            failure = grow_and_measure(layout, sizes, results, args)
         finally:
             if args.logs:
                 shutil.copytree(layout.logs, args.logs, dirs_exist_ok=True)
             layout.close()
-    report(sizes, results, args)
+    done = [n for n in sizes if n in results]
+    if done:
+        report(done, results, args)
+    if failure:
+        print(f"\nnot measured: {failure}", file=sys.stderr)
+        return 1
     return 0
+
+
+def grow_and_measure(
+    layout: Layout, sizes: list[int], results: dict[int, dict[str, float]], args: argparse.Namespace
+) -> str:
+    """Each size in turn, into `results`; what stopped it, or "" when none did."""
+    have = 0
+    for size in sizes:
+        print(f"{size:,} nodes: simulating {size - have:,} more ...", flush=True)
+        started = time.monotonic()
+        layout.simulate(f"f{size}", size - have, args.interval)
+        try:
+            layout.wait_ready(size, timeout_s=args.ready_timeout or max(300.0, size * 0.3))
+            ready = time.monotonic() - started
+            have = size
+            results[size] = {"ready_s": ready, **measure_size(layout, size, args)}
+        except Exception as exc:  # the sizes measured so far are still worth printing
+            print(layout.log_tails(), file=sys.stderr)
+            return f"{size:,} nodes: {exc}"
+    return ""
 
 
 if __name__ == "__main__":
