@@ -6,6 +6,7 @@ scheduler."""
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Sequence
 
 from .checks import NodeState, Replicas, static_refusal
@@ -86,13 +87,17 @@ def put_back(
     """After: the replaced nodes in again where the kind's static rules
     still let them in, and every node taken out at its tier now. A model
     that runs nowhere any more loses its spread, as a fresh index has none."""
-    ok = set(e.ok)
-    for old, new in changed:
-        ok.discard(old.ordinal)
-        if static_refusal(new, p) is None:
-            ok.add(new.ordinal)
-    e.ok = frozenset(ok)
-    e.ordered = sorted(ok)
+    gone = [o.ordinal for o, n in changed if o.ordinal in e.ok and static_refusal(n, p)]
+    came = [n.ordinal for o, n in changed if o.ordinal not in e.ok and not static_refusal(n, p)]
+    if gone or came:
+        # Most replaced nodes stay in (a replica released): the sets stay too.
+        ordered = list(e.ordered)
+        for o in gone:
+            del ordered[bisect_left(ordered, o)]
+        for o in came:
+            insort(ordered, o)
+        e.ok, e.ordered = frozenset(ordered), ordered
+    ok = e.ok
     cls = e.gpu_class
     if cls is None:
         return

@@ -161,16 +161,23 @@ def power_lines(rows: list[whatif.PowerRow]) -> list[str]:
         return ["  power: no domain has a cap (budgets: in server.yaml)"]
     out = ["  power afterwards, per capped domain:"]
     for r in rows:
-        unknown = f", {r.unknown} nodes' draw unknown" if r.unknown else ""
+        unknown = f", draw unknown on {plural(r.unknown, 'node')}" if r.unknown else ""
         if r.after_w is None:
             out.append(f"    {describe(r.domain)}: draw unknown, cap {kw(r.cap_w)}{unknown}")
             continue
         was = f" (was {kw(r.before_w)})" if r.before_w != r.after_w else ""
+        room = r.cap_w - r.after_w
+        # Past the cap already (the cards' limits may add up past it) is said so.
+        left = f"{kw(room)} headroom" if room >= 0 else f"{kw(-room)} over it"
         out.append(
             f"    {describe(r.domain)}: {kw(r.after_w)}{was} of its {kw(r.cap_w)} cap, "
-            f"{kw(r.headroom_w)} headroom{unknown}"
+            f"{left}{unknown}"
         )
     return out
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def kw(watts: float | None) -> str:
@@ -208,9 +215,14 @@ def sweep(levels: tuple[str, ...] = whatif.SWEPT) -> dict[str, Any]:
             f"{b['model']} {b['replicas']}/{b['always_running']}" for b in row["below"]
         )
         lines.append(
-            f"  {row['domain']}: {row['lost']} replicas lost, {row['not_replaced']} "
+            f"  {row['domain']}: {plural(row['lost'], 'replica')} lost, {row['not_replaced']} "
             f"cannot be placed again; below always_running: {models}"
         )
+    if not tried:
+        labels = ", ".join(f"llmgw.io/{level}" for level in levels)
+        lines.append(f"  no node names a domain of these levels (labels {labels})")
+    elif not rows:
+        lines.append("  every held model keeps its always-running replicas, whichever one fails")
     return {"levels": list(levels), "tried": tried, "hurt": rows, "lines": lines}
 
 
