@@ -4,6 +4,9 @@ writing the new pair in place of the old.
 A renewal is a new key made here and a certificate signing request for it: the
 private key never leaves the node, and a key copied off the node stops being
 useful at the next renewal as well as at the old certificate's expiry.
+
+cryptography is imported by the functions that use it: a node on a credential
+never loads it.
 """
 
 from __future__ import annotations
@@ -12,11 +15,11 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 # Renew once this share of the certificate's life has passed: with a three-day
 # certificate that leaves a day for a control plane that is down or a node that is off.
@@ -41,6 +44,8 @@ class Held:
 
 
 def read(cert_file: Path) -> Held:
+    from cryptography import x509
+
     try:
         cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
     except OSError as exc:
@@ -51,6 +56,8 @@ def read(cert_file: Path) -> Held:
 
 
 def _held(cert: x509.Certificate, source: str) -> Held:
+    from cryptography.x509.oid import NameOID
+
     names = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
     if len(names) != 1 or not isinstance(names[0], str):
         raise CertificateError(f"{source}: the certificate names no node")
@@ -65,6 +72,11 @@ def _held(cert: x509.Certificate, source: str) -> Held:
 
 def request(node: str) -> tuple[ec.EllipticCurvePrivateKey, str]:
     """A new key and a PEM signing request for it."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
     key = ec.generate_private_key(ec.SECP256R1())
     csr = (
         x509.CertificateSigningRequestBuilder()
@@ -93,6 +105,9 @@ def store(
     """Put the new pair in place of the old, once the certificate is shown to be for
     this key and this node. Both are written whole before either is renamed, so the
     pair is mismatched only between two renames, never for a partial write."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
     try:
         cert = x509.load_pem_x509_certificate(cert_pem.encode())
     except ValueError:

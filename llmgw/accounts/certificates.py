@@ -4,7 +4,7 @@
 A certificate authenticates only when the TLS server verified it against
 the CA (llmgw.accounts.mtls) and it passes here too: signed by this CA,
 in date, a client certificate naming one node, and on record and not
-revoked. The second look is not redundant: a server whose trust store was
+revoked (llmgw.inventory.services.revoke_node revokes them). The second look is not redundant: a server whose trust store was
 set to a public bundle by mistake would otherwise let any certificate that
 spells a node's name in as that node.
 """
@@ -17,13 +17,12 @@ from pathlib import Path
 from cryptography import x509
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from llmgw.accounts import ca
 from llmgw.accounts.ca import CAError
 from llmgw.accounts.models import NodeCertificate
 
-__all__ = ["CAError", "authenticate", "issue", "revoke_node", "lifetime"]
+__all__ = ["CAError", "authenticate", "issue", "lifetime"]
 
 # The CA certificate, read once per process: every authenticated request
 # checks a signature against it. Keyed by directory, so a test that makes
@@ -85,12 +84,3 @@ def authenticate(pem: str, now: datetime | None = None) -> str:
             f"{record['revoked_at']:%Y-%m-%d %H:%M:%S} UTC"
         )
     return node
-
-
-def revoke_node(node: str) -> int:
-    """Revoke every certificate of `node` still in date; how many. Runs in
-    the caller's transaction (the inventory's revocation)."""
-    now = timezone.now()
-    return NodeCertificate.objects.filter(
-        node_name=node, revoked_at__isnull=True, not_after__gt=now
-    ).update(revoked_at=now)

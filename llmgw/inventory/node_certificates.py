@@ -5,32 +5,41 @@ renews it with the one it holds, and `llmgw node revoke` refuses both.
 The CA and the certificates' records are the accounts app's
 (llmgw.accounts.certificates); what is the inventory's is whether the node
 may have one: it exists, and is not revoked.
+
+cryptography is imported by the functions that use it, so that the agent
+API and the command stream, which import this, load it only for a
+connection that came with a certificate.
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography import x509
 from django.db import transaction
 
-from llmgw.accounts import ca, certificates
 from llmgw.inventory import commands
 from llmgw.inventory.models import AuditEvent, Node
 from llmgw.inventory.services import NODE_NAME, InventoryError
+
+if TYPE_CHECKING:
+    from cryptography import x509
+
+    from llmgw.accounts.ca import NodeKey
 
 log = logging.getLogger("llmgw.inventory")
 
 
 @transaction.atomic
 def add_node(
-    name: str, actor: str, public_key: ca.NodeKey, valid_for: timedelta | None = None
+    name: str, actor: str, public_key: NodeKey, valid_for: timedelta | None = None
 ) -> x509.Certificate:
     """Create (or re-open) a node and sign its first certificate for
     `public_key`. A node that was revoked is re-opened: its old
     certificates and credential stay refused."""
+    from llmgw.accounts import ca, certificates
+
     if not NODE_NAME.match(name):
         raise InventoryError(
             f"node name {name!r} is refused: an agent reports as letters, digits, '.', '_' "
@@ -62,6 +71,10 @@ def client_certificate(scope: dict[str, Any] | None) -> str | None:
 def authenticate_stream(pem: str) -> tuple[Node | None, str]:
     """The node of a command stream opened with a certificate, and what the
     stream holds (commands.holds): the certificate, by its serial."""
+    from cryptography import x509
+
+    from llmgw.accounts import ca
+
     node, _ = authenticate(pem)
     serial = ca.serial_hex(x509.load_pem_x509_certificate(pem.encode()))
     return node, commands.CERT_HELD + serial
@@ -69,6 +82,8 @@ def authenticate_stream(pem: str) -> tuple[Node | None, str]:
 
 def authenticate(pem: str) -> tuple[Node | None, str]:
     """The node of a verified client certificate, or None and the reason."""
+    from llmgw.accounts import ca, certificates
+
     try:
         name = certificates.authenticate(pem)
     except ca.CAError as exc:
@@ -85,6 +100,8 @@ def authenticate(pem: str) -> tuple[Node | None, str]:
 def renew(node: Node, csr_pem: str) -> x509.Certificate:
     """A fresh certificate for the key of `csr_pem`, for the node whose
     certificate asked: the request's own subject is never read."""
+    from llmgw.accounts import ca, certificates
+
     public_key = ca.public_key_of_csr(csr_pem)  # CAError names what is wrong
     # Locked, so a revocation committing meanwhile is not undone by a renewal.
     locked = Node.objects.select_for_update().get(pk=node.pk)

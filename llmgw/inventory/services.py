@@ -14,7 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 from llmgw_agent.protocol.bounds import NAME
 
-from llmgw.accounts import certificates, hashing
+from llmgw.accounts import hashing
+from llmgw.accounts.models import NodeCertificate
 from llmgw.inventory import commands, credentials, gpus, sections
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import (
@@ -95,7 +96,9 @@ def revoke_node(name: str, actor: str) -> None:
         credential_hash="", join_token_hash="", revoked_at=timezone.now(), state=NodeState.NOT_READY
     )
     # Its certificates too: a node is one identity, however it proves it.
-    revoked = certificates.revoke_node(name)
+    revoked = NodeCertificate.objects.filter(
+        node_name=name, revoked_at__isnull=True, not_after__gt=timezone.now()
+    ).update(revoked_at=timezone.now())
     _audit(name, actor, "node-revoke", f"{revoked} certificates revoked" if revoked else "")
     # Its open command streams are closed now, not at their next poll.
     transaction.on_commit(lambda: commands.close_streams(node.pk, node.credential_hash))

@@ -9,7 +9,6 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from llmgw.accounts import ca
 from llmgw.inventory import node_certificates
 from llmgw.inventory.api.agent_fast import json_schema
 from llmgw.inventory.api.agent_views import AgentView
@@ -30,6 +29,8 @@ class RenewView(AgentView):
         responses={200: json_schema(IssuedCertificate)},
     )
     def post(self, request: Request) -> Response:
+        from llmgw.accounts import ca  # cryptography, for this endpoint alone
+
         data, refusal = self.parse(request)
         if refusal:
             return refusal
