@@ -83,12 +83,14 @@ def setup(data_dir: str) -> dict[str, int]:
     from django.utils import timezone
     from fabric import fat_tree
 
+    from llmgw.accounts import roles
     from llmgw.fabrics.ibnetdiscover import parse
     from llmgw.fabrics.models import FabricMap, PhysicalFabric
     from llmgw.fabrics.topology import analyze
 
     call_command("migrate", verbosity=0)
-    User.objects.create_user(USER, password=PASSWORD)
+    # The console's pages are for the viewer role and up.
+    roles.grant(User.objects.create_user(USER, password=PASSWORD), roles.VIEWER)
     real = (ROOT / "tests" / "data" / "realdata" / "ibnetdiscover-nvidia-topograph.txt").read_text()
     ids = {}
     for label, text in (("real 582", real), ("generated 4000", fat_tree(500))):
