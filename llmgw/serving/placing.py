@@ -77,19 +77,23 @@ def _store(model: Model, decision: Decision, data: dict[str, Any]) -> Replica:
         explanation=data,
     )
     _record(model, replica, data)
-    nodes = {n.name: n for n in Node.objects.filter(name__in=decision.nodes)}
+    # The warm fleet knows each node's key; a node it does not is looked up.
+    known = warm.FLEET.pk_by_name
+    nodes = {n: known[n] for n in decision.nodes if n in known}
+    if len(nodes) < len(decision.nodes):
+        nodes = dict(Node.objects.filter(name__in=decision.nodes).values_list("name", "pk"))
     for rank, s in enumerate(decision.shards):
         shard = Shard.objects.create(
             replica=replica,
-            node=nodes[s.node],
+            node_id=nodes[s.node],
             rank=rank,
             gpu_indices=list(s.gpu_indices),
             adapters=list(s.adapters),
         )
         GpuClaim.objects.bulk_create(
-            GpuClaim(shard=shard, node=nodes[s.node], index=i) for i in s.gpu_indices
+            GpuClaim(shard=shard, node_id=nodes[s.node], index=i) for i in s.gpu_indices
         )
-    desired.rebuild(n.pk for n in nodes.values())
+    desired.rebuild(nodes.values())
     return replica
 
 
@@ -115,14 +119,16 @@ def judge(model_name: str, data: dict[str, Any], holds_claims: bool) -> Placemen
 
 
 def _record(model: Model, replica: Replica | None, data: dict[str, Any]) -> None:
-    PlacementRecord.objects.update_or_create(
-        model=model,
-        defaults={
-            "placed": replica is not None,
-            "placed_replica": replica.pk if replica else None,
-            "explanation": data,
-        },
-    )
+    # One UPDATE where the model has a record (all but its first placement)
+    # rather than update_or_create's savepoint, read and write: under the
+    # placement lock every round trip is every placer's wait.
+    fields = {
+        "placed": replica is not None,
+        "placed_replica": replica.pk if replica else None,
+        "explanation": data,
+    }
+    if not PlacementRecord.objects.filter(model=model).update(at=timezone.now(), **fields):
+        PlacementRecord.objects.create(model=model, **fields)
 
 
 @transaction.atomic
