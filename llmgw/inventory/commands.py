@@ -10,7 +10,7 @@ embedded default), and at once when one does.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -124,6 +124,31 @@ def _held(credential_hash: str | None) -> dict[str, Any]:
         # so the node's revoked_at is as good a witness here.
         return {"node__revoked_at": None}
     return {"node__credential_hash": credential_hash or None, "node__revoked_at": None}
+
+
+def due(streams: Iterable[tuple[int, str]]) -> tuple[set[tuple[int, str]], set[int]]:
+    """Of the streams one web process holds, as (node id, what it holds):
+    those whose node holds that credential no longer, and the nodes with a
+    command pending. Two queries for any number of streams opened with a
+    credential (a certificate's is checked on its own, as holds() does):
+    a query or two a second per stream was, for a fleet of thousands, more
+    than all its heartbeats."""
+    streams = set(streams)
+    ids = {node_id for node_id, _ in streams}
+    current = dict(
+        Node.objects.filter(pk__in=ids, revoked_at=None).values_list("pk", "credential_hash")
+    )
+    gone = {
+        (node_id, held)
+        for node_id, held in streams
+        if not (
+            holds(node_id, held)
+            if held.startswith(CERT_HELD)
+            else bool(held) and current.get(node_id) == held
+        )
+    }
+    pending = AgentCommand.objects.filter(node_id__in=ids, state=CommandState.PENDING)
+    return gone, set(pending.values_list("node_id", flat=True).distinct())
 
 
 def claim(node_id: int, held: str | None = None) -> list[AgentCommand] | None:

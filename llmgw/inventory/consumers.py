@@ -5,12 +5,19 @@ their results come back.
 A stream stays bound to the credential it opened with: revoking the node
 closes it at once (a message on commit), and every poll and every result
 checks the credential again, so a stream that missed the message is deaf
-within a second and what it sends meanwhile is dropped."""
+within a second and what it sends meanwhile is dropped.
+
+The poll is one for all of a process's streams (commands.due, two queries
+a second however many), not one per stream: a fleet of thousands keeps
+thousands of streams open, and a query a second each was more load than
+all their heartbeats."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import weakref
 from typing import Any
 
 import msgspec
@@ -20,6 +27,7 @@ from llmgw_agent.protocol.stream import Command
 
 from llmgw.inventory import commands, node_certificates, services
 
+log = logging.getLogger("llmgw.commands")
 POLL_S = 1.0
 # The close code of a refused or revoked credential (4000 + HTTP 401).
 UNAUTHORIZED = 4401
@@ -59,7 +67,10 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):
         self.group = commands.group(node.pk, held)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        self._poller = asyncio.create_task(self._poll())
+        # Commands queued before it opened go at once; later ones at the
+        # wake-up, or at the process's next poll.
+        self._poller = asyncio.create_task(self._deliver())
+        _watch().add(self)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # disconnect() runs only on a clean close: a handler that raises (a
@@ -76,16 +87,12 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def _stop_polling(self) -> None:
+        _watch().streams.discard(self)
         poller, self._poller = self._poller, None
         if poller is not None:
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
-
-    async def _poll(self) -> None:
-        while not self._closed:
-            await self._deliver()
-            await asyncio.sleep(POLL_S)
 
     async def agent_command(self, event: dict[str, Any]) -> None:
         await self._deliver()
@@ -122,3 +129,48 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):
             # finish() checks the credential in its UPDATE: a result sent
             # after a revocation is not stored even if it won the race.
             await database_sync_to_async(commands.finish)(self.node_id, content, self.held)
+
+
+class _Watch:
+    """Every stream of one event loop (one web process), polled together."""
+
+    def __init__(self) -> None:
+        self.streams: set[AgentStreamConsumer] = set()
+        self.task: asyncio.Task[None] | None = None
+        self.delivering: set[asyncio.Task[None]] = set()
+
+    def add(self, stream: AgentStreamConsumer) -> None:
+        self.streams.add(stream)
+        if self.task is None or self.task.done():
+            self.task = asyncio.create_task(self._poll())
+
+    async def _poll(self) -> None:
+        while self.streams:
+            await asyncio.sleep(POLL_S)
+            streams = [s for s in self.streams if not s._closed]
+            try:
+                gone, pending = await database_sync_to_async(commands.due)(
+                    {(s.node_id, s.held) for s in streams}
+                )
+            except Exception:  # the database is out: poll again next time
+                log.exception("polling %d command streams failed", len(streams))
+                continue
+            for stream in streams:
+                if (stream.node_id, stream.held) in gone:
+                    await stream._revoked()
+                elif stream.node_id in pending:
+                    task = asyncio.create_task(stream._deliver())
+                    # Held until done: the loop keeps only weak references.
+                    self.delivering.add(task)
+                    task.add_done_callback(self.delivering.discard)
+
+
+_WATCHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watch] = weakref.WeakKeyDictionary()
+
+
+def _watch() -> _Watch:
+    loop = asyncio.get_running_loop()
+    watch = _WATCHES.get(loop)
+    if watch is None:
+        watch = _WATCHES[loop] = _Watch()
+    return watch

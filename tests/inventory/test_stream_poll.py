@@ -1,0 +1,31 @@
+"""One poll for all of a web process's command streams (commands.due):
+two queries however many streams, and the same answers each stream's own
+check gave: a revoked or rejoined node's stream is gone, a node with a
+command pending is due."""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from llmgw.inventory import commands, services
+from llmgw.inventory.models import Node
+
+
+def test_one_poll_checks_every_stream_in_two_queries(make_node):
+    nodes = {name: make_node(name)[0] for name in ("a", "b", "c", "d")}
+    held = {name: node.credential_hash for name, node in nodes.items()}
+    services.revoke_node("b", "test")
+    services.revoke_node("c", "test")  # and joined again: a new credential
+    services.join("c", services.add_node("c", "test"))
+    commands.send(nodes["d"], "ping")
+    streams = {(nodes[name].pk, held[name]) for name in nodes}
+    streams.add((nodes["a"].pk, ""))  # nothing held is never a credential
+    with CaptureQueriesContext(connection) as queries:
+        gone, pending = commands.due(streams)
+    assert len(queries.captured_queries) == 2
+    assert gone == {(nodes["b"].pk, held["b"]), (nodes["c"].pk, held["c"]), (nodes["a"].pk, "")}
+    assert pending == {nodes["d"].pk}
+    for node_id, digest in streams:
+        assert ((node_id, digest) in gone) == (not commands.holds(node_id, digest))
+    assert Node.objects.count() == 4
