@@ -52,6 +52,8 @@ FIGURES = [
     ("whole_s", "/metrics whole, one answer", "(for comparison)", 1, "s"),
     ("ctl_nodes", "llmgw ctl nodes", "< 2 s", 1, "s"),
     ("first_paint", "cluster page first paint", "< 2 s", 1, "s"),
+    ("cores", "control-plane CPU, all of it", "-", 1, "cores"),
+    ("rss", "control-plane RSS, all of it", "-", 1 / MB, "MB"),
     ("cores_per_1000", "control-plane CPU per 1,000 nodes", "-", 1, "cores"),
     ("rss_per_1000", "control-plane RSS per 1,000 nodes", "-", 1 / MB, "MB"),
 ]
@@ -62,6 +64,7 @@ def measure_size(layout: Layout, nodes: int, args: argparse.Namespace) -> dict[s
     out: dict[str, float] = {}
     print(f"  steady state: CPU and memory over {args.steady:.0f} s ...", flush=True)
     use = measure.footprint(plane, args.steady)
+    out["cores"], out["rss"] = use["cores"], use["rss_bytes"]
     out["cores_per_1000"] = use["cores"] / nodes * 1000
     out["rss_per_1000"] = use["rss_bytes"] / nodes * 1000
     print("  heartbeats ...", flush=True)
