@@ -3,7 +3,7 @@ facility as one listing: every domain with its nodes, hold, cap and draw."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,10 +102,12 @@ class Facility:
         )
 
 
-def declared_by_node() -> dict[int, float]:
-    """Node pk -> watts its shards' profiles declare (profiles that say)."""
+def declared_by_node(only: Collection[int] | None = None) -> dict[int, float]:
+    """Node pk -> watts its shards' profiles declare (profiles that say);
+    every node's, or only these nodes' (by pk)."""
+    nodes = Node.objects.all() if only is None else Node.objects.filter(pk__in=list(only))
     rows = (
-        Node.objects.filter(shards__replica__profile__power_w__isnull=False)
+        nodes.filter(shards__replica__profile__power_w__isnull=False)
         .values("pk", "shards__replica__profile__power_w")
         .annotate(count=Count("shards"))
     )
