@@ -155,6 +155,8 @@ class WarmFleet:
 
     def views_now(self) -> list[NodeView]:
         """Every node's view as stored now, own decisions included."""
+        if connection.vendor != "postgresql":
+            return node_views()
         self.current()
         if self.dirty:
             self._reload(set(), exact=True)
