@@ -65,10 +65,13 @@ def describe(key: str) -> str:
 
 
 def location(labels: Mapping[str, str]) -> str:
-    """ "site-a/room1/row2/r01 pdu r01-a", as far as the node says; "" if nothing."""
-    path = "/".join(labels[label(level)] for level in TREE if labels.get(label(level)))
+    """site/room/row/rack ("-" for a level not set), then ":pdu", as
+    `llmgw ctl nodes` prints it: "-/hall1/row01/r01:r01-pdu0"; "" if nothing."""
+    levels = [labels.get(label(level)) for level in TREE]
     pdu = labels.get(label("pdu"))
-    return f"{path} pdu {pdu}".strip() if pdu else path
+    if not any(levels) and not pdu:
+        return ""
+    return "/".join(v or "-" for v in levels) + (f":{pdu}" if pdu else "")
 
 
 def tree_path(labels: Mapping[str, str]) -> list[dict[str, str]]:

@@ -39,11 +39,14 @@ def level_label(level: str) -> str:
 
 
 def location_of(labels: Mapping[str, str]) -> str:
-    """Where a node sits in the facility tree: "hall1/row01/r01 pdu r01-pdu0",
-    as far as its labels say; "" when they say nothing."""
-    path = "/".join(labels[level_label(lv)] for lv in LEVELS[:4] if labels.get(level_label(lv)))
+    """Where a node sits in the facility tree, as `llmgw ctl nodes` prints
+    it: site/room/row/rack ("-" for a level not set), then the PDU after a
+    colon: "-/hall1/row01/r01:r01-pdu0"; "" when its labels say nothing."""
+    levels = [labels.get(level_label(lv)) for lv in LEVELS[:4]]
     pdu = labels.get(level_label("pdu"))
-    return f"{path} pdu {pdu}".strip() if pdu else path
+    if not any(levels) and not pdu:
+        return ""
+    return "/".join(v or "-" for v in levels) + (f":{pdu}" if pdu else "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,9 +87,9 @@ def test_three_replicas_of_a_held_model_sit_in_three_racks(fleet: Fleet, api: An
     replicas = api.get(f"/api/v1/models/{MODEL}").json()["replicas"]
     where = sorted(n["location"] for r in replicas for n in r["nodes"])
     assert where == [
-        "hall1/row01/r01 pdu r01-pdu0",
-        "hall1/row01/r02 pdu r02-pdu1",
-        "hall1/row02/r03 pdu r03-pdu0",
+        "-/hall1/row01/r01:r01-pdu0",
+        "-/hall1/row01/r02:r02-pdu1",
+        "-/hall1/row02/r03:r03-pdu0",
     ]
 
 
@@ -110,7 +110,7 @@ def test_a_budget_refuses_with_the_three_numbers(fleet: Fleet) -> None:
     # Where the replica went, in the facility tree.
     [shard] = replica.shards.select_related("node")
     rack = shard.node.labels["llmgw.io/rack"]
-    assert f"  {shard.node.name} (hall1/row0" in shown and f"/{rack} pdu {rack}-pdu" in shown
+    assert f"  {shard.node.name} (-/hall1/row0" in shown and f"/{rack}:{rack}-pdu" in shown
 
 
 def serving_explain_lines() -> list[str]:

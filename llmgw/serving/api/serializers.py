@@ -54,7 +54,7 @@ class ReplicaSerializer(serializers.ModelSerializer):
             out.append(
                 {
                     "node": s.node.name,
-                    # Its place in the facility tree ("hall1/row01/r01 pdu r01-pdu0"); "" unknown.
+                    # Its place in the facility tree ("-/hall1/row01/r01:r01-pdu0"); "" unknown.
                     "location": domains.location(s.node.labels),
                     "rank": s.rank,
                     "state": s.state,
