@@ -181,7 +181,7 @@ CLUSTER_VIEWS = [
     ("all nodes, page 1", "/"),
     ("grouped by rack", "/?group=rack"),
     ("search node-049", "/?search=node-049"),
-    ("Ready H100 in r010", "/?state=Ready&class=H100-80GB&rack=r010"),
+    ("Ready H100 in r008", "/?state=Ready&class=H100-80GB&rack=r008"),
     ("last page", "/?page=50"),
 ]
 PAINTED = "performance.getEntriesByName('first-contentful-paint').length > 0"
