@@ -186,10 +186,13 @@ def install_from_package(
         )
         progress(f"checking {binary.name} --version")
         info = check_engine(spec.name, binary, run_local, spec.version)
-    except (PackageInstallError, VerifyError) as exc:
+    except (PackageInstallError, VerifyError, OSError) as exc:
+        # A failed environment can be gigabytes (vLLM's torch): it goes, as a failed
+        # archive's staging does.
+        shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise InstallError(f"cannot install into {folder}: {exc.strerror or exc}") from exc
         raise InstallError(str(exc)) from exc
-    except OSError as exc:
-        raise InstallError(f"cannot install into {folder}: {exc.strerror or exc}") from exc
     marker = Marker(
         engine=spec.name,
         version=spec.version,
