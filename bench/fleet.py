@@ -27,6 +27,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,43 +50,71 @@ FIGURES = [
     ("scrape_bytes", "scrape size, all targets", "-", 1 / MB, "MB"),
     ("scrape_slowest", "slowest /metrics target", "< 2 s", 1, "s"),
     ("scrape_cpu", "control-plane CPU per scrape", "< 10 s", 1, "s"),
+    ("scrape_database_cpu", "PostgreSQL CPU per scrape", "-", 1, "s"),
     ("whole_s", "/metrics whole, one answer", "(for comparison)", 1, "s"),
     ("ctl_nodes", "llmgw ctl nodes", "< 2 s", 1, "s"),
     ("first_paint", "cluster page first paint", "< 2 s", 1, "s"),
     ("cores", "control-plane CPU, all of it", "-", 1, "cores"),
     ("rss", "control-plane RSS, all of it", "-", 1 / MB, "MB"),
+    ("database_cores", "PostgreSQL CPU, all of it", "-", 1, "cores"),
     ("cores_per_1000", "control-plane CPU per 1,000 nodes", "-", 1, "cores"),
     ("rss_per_1000", "control-plane RSS per 1,000 nodes", "-", 1 / MB, "MB"),
 ]
 
 
-def measure_size(layout: Layout, nodes: int, args: argparse.Namespace) -> dict[str, float]:
+def measure_size(
+    layout: Layout, nodes: int, args: argparse.Namespace, faults: list[str]
+) -> dict[str, float]:
+    """Every figure at this size. A figure whose path fails is left out
+    (shown "-") and the failure added to `faults`: the others are still
+    worth having, and the benchmark measures whatever the product does."""
     plane = layout.plane()
     out: dict[str, float] = {}
-    print(f"  steady state: CPU and memory over {args.steady:.0f} s ...", flush=True)
-    use = measure.footprint(plane, args.steady)
-    out["cores"], out["rss"] = use["cores"], use["rss_bytes"]
-    out["cores_per_1000"] = use["cores"] / nodes * 1000
-    out["rss_per_1000"] = use["rss_bytes"] / nodes * 1000
-    print("  heartbeats ...", flush=True)
-    beats = measure.heartbeats(plane, layout.probes(args.interval), seconds=10.0)
-    # The fleet's own, stored over the same seconds: each node beats at most
-    # once in a window no longer than its interval.
-    window = min(10.0, args.interval)
-    out["heartbeat_rate"] = beats["rate"] + layout.beating(window) / window
-    out["heartbeat_p99"] = beats["p99_s"]
-    print(f"  scrape of {args.shards} node shards and the fleet target ...", flush=True)
-    scraped = measure.scrape(plane, args.shards)
-    out["scrape_bytes"], out["scrape_slowest"] = scraped["bytes"], scraped["slowest_s"]
-    out["scrape_cpu"], out["whole_s"] = scraped["cpu_s"], scraped["whole_s"]
-    print(f"  {args.placements} placements ...", flush=True)
-    placed = measure.placements(plane, MODEL, args.placements)
-    out["placement_rate"], out["placement_p50"] = placed["rate"], placed["p50_s"]
-    out["placement_failed"] = placed["failed"]
-    out["explain_s"] = measure.explain(plane, MODEL)
-    print("  llmgw ctl nodes, the cluster page ...", flush=True)
-    out["ctl_nodes"] = measure.ctl_nodes(plane)["seconds"]
-    out["first_paint"] = measure.first_paint(plane)
+
+    def attempt(what: str, step: Callable[[], dict[str, float]]) -> None:
+        print(f"  {what} ...", flush=True)
+        try:
+            out.update(step())
+        except Exception as exc:
+            faults.append(f"{nodes:,} nodes, {what}: {exc}")
+
+    def footprint() -> dict[str, float]:
+        use = measure.footprint(plane, args.steady)
+        return {
+            "cores": use["cores"], "rss": use["rss_bytes"], "database_cores": use["database_cores"],
+            "cores_per_1000": use["cores"] / nodes * 1000,
+            "rss_per_1000": use["rss_bytes"] / nodes * 1000,
+        }  # fmt: skip
+
+    def heartbeats() -> dict[str, float]:
+        beats = measure.heartbeats(plane, layout.probes(args.interval), seconds=10.0)
+        # The fleet's own, stored over the same seconds: each node beats at
+        # most once in a window no longer than its interval.
+        window = min(10.0, args.interval)
+        rate = beats["rate"] + layout.beating(window) / window
+        return {"heartbeat_rate": rate, "heartbeat_p99": beats["p99_s"]}
+
+    def scrape() -> dict[str, float]:
+        s = measure.scrape(plane, args.shards)
+        return {
+            "scrape_bytes": s["bytes"], "scrape_slowest": s["slowest_s"], "scrape_cpu": s["cpu_s"],
+            "whole_s": s["whole_s"], "scrape_database_cpu": s["database_cpu_s"],
+        }  # fmt: skip
+
+    def placements() -> dict[str, float]:
+        p = measure.placements(plane, MODEL, args.placements)
+        return {
+            "placement_rate": p["rate"], "placement_p50": p["p50_s"],
+            "placement_failed": p["failed"],
+        }  # fmt: skip
+
+    attempt(f"steady state: CPU and memory over {args.steady:.0f} s", footprint)
+    attempt("heartbeats", heartbeats)
+    attempt(f"scrape of {args.shards} node shards and the fleet target", scrape)
+    attempt(f"{args.placements} placements", placements)
+    attempt("explain", lambda: {"explain_s": measure.explain(plane, MODEL)})
+    attempt("llmgw ctl nodes", lambda: {"ctl_nodes": measure.ctl_nodes(plane)["seconds"]})
+    attempt("the cluster page", lambda: {"first_paint": measure.first_paint(plane)})
     return out
 
 
@@ -118,7 +147,8 @@ def report(
         f"{MODEL}/place, 8 at a time, {args.placements} each size; p50 of the committed. "
         f"scrape: /metrics/fleet on both web processes and {args.shards} node shards, one after "
         "another; CPU is the web processes' less their idle rate. CPU and RSS: web "
-        "and worker processes with their children (PostgreSQL and Redis not counted). The "
+        "and worker processes with their children; PostgreSQL (the layout's own) apart; Redis "
+        "not counted. The "
         "machine's other load is not controlled: compare sizes within one run."
     )
 
@@ -147,13 +177,14 @@ def main() -> int:
     if not sizes or sizes != sorted(set(sizes)) or sizes[0] < 1:
         parser.error(f"--nodes: ascending sizes of at least 1, not {args.nodes!r}")
     results: dict[int, dict[str, float]] = {}
+    faults: list[str] = []
     failure = ""
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-fleet-") as tmp:
         layout = Layout(Path(tmp))
         try:
             print("starting PostgreSQL, Redis, 2 web processes and 2 workers ...", flush=True)
             layout.start()
-            failure = grow_and_measure(layout, sizes, results, args)
+            failure = grow_and_measure(layout, sizes, results, args, faults)
         finally:
             if args.logs:
                 shutil.copytree(layout.logs, args.logs, dirs_exist_ok=True)
@@ -161,14 +192,19 @@ def main() -> int:
     done = [n for n in sizes if n in results]
     if done:
         report(done, results, args)
+    for fault in faults:
+        print(f"not measured: {fault}", file=sys.stderr)
     if failure:
         print(f"\nnot measured: {failure}", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if failure or faults else 0
 
 
 def grow_and_measure(
-    layout: Layout, sizes: list[int], results: dict[int, dict[str, float]], args: argparse.Namespace
+    layout: Layout,
+    sizes: list[int],
+    results: dict[int, dict[str, float]],
+    args: argparse.Namespace,
+    faults: list[str],
 ) -> str:
     """Each size in turn, into `results`; what stopped it, or "" when none did."""
     have = 0
@@ -180,7 +216,7 @@ def grow_and_measure(
             layout.wait_ready(size, timeout_s=args.ready_timeout or max(300.0, size * 0.3))
             ready = time.monotonic() - started
             have = size
-            results[size] = {"ready_s": ready, **measure_size(layout, size, args)}
+            results[size] = {"ready_s": ready, **measure_size(layout, size, args, faults)}
         except Exception as exc:  # the sizes measured so far are still worth printing
             print(layout.log_tails(), file=sys.stderr)
             return f"{size:,} nodes: {exc}"

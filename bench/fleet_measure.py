@@ -45,6 +45,8 @@ class Plane:
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     # The web processes alone (what answers a scrape); None: all of pids.
     web_pids: Callable[[], list[int]] | None = None
+    # The database's processes, when it is the control plane's own.
+    database_pids: Callable[[], list[int]] = lambda: []
 
     @property
     def url(self) -> str:
@@ -75,9 +77,9 @@ def percentile(values: list[float], q: float) -> float:
 # --- processes --------------------------------------------------------------
 
 
-def processes(plane: Plane, web_only: bool = False) -> list[psutil.Process]:
+def processes(pids: Callable[[], list[int]]) -> list[psutil.Process]:
+    """These processes and all their children."""
     found: dict[int, psutil.Process] = {}
-    pids = plane.web_pids if web_only and plane.web_pids is not None else plane.pids
     for pid in pids():
         try:
             proc = psutil.Process(pid)
@@ -101,18 +103,27 @@ def cpu_seconds(procs: list[psutil.Process]) -> float:
 
 def footprint(plane: Plane, seconds: float) -> dict[str, float]:
     """CPU cores the control plane uses (CPU seconds per second over
-    `seconds`) and its resident memory, over every process it runs."""
-    procs = processes(plane)
+    `seconds`) and its resident memory, over every process it runs; and
+    the cores its database uses."""
+    procs, database = processes(plane.pids), processes(plane.database_pids)
     before, started = cpu_seconds(procs), time.monotonic()
+    database_before = cpu_seconds(database)
     time.sleep(seconds)
-    cores = (cpu_seconds(procs) - before) / (time.monotonic() - started)
+    elapsed = time.monotonic() - started
+    cores = (cpu_seconds(procs) - before) / elapsed
+    database_cores = (cpu_seconds(database) - database_before) / elapsed
     rss = 0
     for proc in procs:
         try:
             rss += proc.memory_info().rss
         except psutil.Error:
             continue
-    return {"cores": cores, "rss_bytes": float(rss), "processes": float(len(procs))}
+    return {
+        "cores": cores,
+        "rss_bytes": float(rss),
+        "processes": float(len(procs)),
+        "database_cores": database_cores,
+    }
 
 
 # --- heartbeats -------------------------------------------------------------
@@ -271,27 +282,32 @@ def _get_timed(client: httpx.Client, url: str) -> tuple[float, int]:
 
 def scrape(plane: Plane, shards: int, whole: bool = True) -> dict[str, float]:
     """One scrape of every target, one after another, as Prometheus does
-    over an interval: bytes, the slowest target, and the web processes'
-    CPU seconds for the whole scrape (their CPU over the scrape less what
-    they spent over as long a time just before, idle of scrapes). `whole`:
-    also time /metrics answering everything at once."""
-    procs = processes(plane, web_only=True)
+    over an interval: bytes, the slowest target, and the CPU seconds the
+    whole scrape cost the web processes and the database (their CPU over
+    the scrape less what they spent over as long a time just before, idle
+    of scrapes). `whole`: also time /metrics answering everything at once."""
+    web = processes(plane.web_pids or plane.pids)
+    database = processes(plane.database_pids)
     headers = {"Authorization": f"Bearer {plane.token}"}
     with httpx.Client(headers=headers, timeout=120) as client:
         _get_timed(client, plane.url + "/metrics/fleet")  # connections and imports warm
-        before, started = cpu_seconds(procs), time.monotonic()
+        before = (cpu_seconds(web), cpu_seconds(database))
+        started = time.monotonic()
         time.sleep(5.0)
-        idle_rate = (cpu_seconds(procs) - before) / (time.monotonic() - started)
-        before, started = cpu_seconds(procs), time.monotonic()
+        idle = time.monotonic() - started
+        rates = ((cpu_seconds(web) - before[0]) / idle, (cpu_seconds(database) - before[1]) / idle)
+        before, started = (cpu_seconds(web), cpu_seconds(database)), time.monotonic()
         answers = [_get_timed(client, t) for t in scrape_targets(plane.urls, shards)]
         wall = time.monotonic() - started
-        cpu = cpu_seconds(procs) - before - idle_rate * wall
+        cpu = cpu_seconds(web) - before[0] - rates[0] * wall
+        database_cpu = cpu_seconds(database) - before[1] - rates[1] * wall
         out = {
             "targets": float(len(answers)),
             "bytes": float(sum(b for _, b in answers)),
             "slowest_s": max(s for s, _ in answers),
             "wall_s": wall,
             "cpu_s": max(0.0, cpu),
+            "database_cpu_s": max(0.0, database_cpu),
         }
         if whole:
             out["whole_s"], whole_bytes = _get_timed(client, plane.url + "/metrics")

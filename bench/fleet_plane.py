@@ -152,8 +152,9 @@ class Layout:
 
     def plane(self) -> Plane:
         return Plane(
-            self.urls, self.token, USER, PASSWORD, self.control_plane, dict(self.env), self.web
-        )
+            self.urls, self.token, USER, PASSWORD, self.control_plane, dict(self.env), self.web,
+            self.pg.pids,
+        )  # fmt: skip
 
     def probes(self, interval_s: float) -> list[Probe]:
         from llmgw.simulator.fleet import make_fleet
