@@ -160,3 +160,16 @@ def test_the_power_afterwards_sits_beside_each_cap(fleet, api):
     text = "\n".join(data["lines"])
     assert "power afterwards, per capped domain:" in text
     assert "rack r1: " in text and "of its 20.0 kW cap" in text, text
+
+
+def test_place_answers_for_a_new_profile_of_a_running_model(fleet, api):
+    # big runs two replicas with its profile "main"; a half-node profile of it
+    # is not in the catalog yet, and the file need not name "main".
+    text = NEW.replace("new-model", "big").replace("always_running: 2", "always_running: 1")
+    r = api.post("/api/v1/whatif", {"yaml": text}, format="json")
+    assert r.status_code == 200, r.json()
+    [answer] = r.json()["models"]
+    [placed] = answer["placed"]
+    # The free node: the two with big's replicas have no GPU free.
+    assert [s["node"] for s in placed["shards"]] == ["a2" if "a1" in fleet else "a1"]
+    assert answer["headroom"] == {"half": 1}
