@@ -130,11 +130,12 @@ def footprint(plane: Plane, seconds: float) -> dict[str, float]:
 
 
 async def _register(client: httpx.AsyncClient, url: str, probe: Probe) -> None:
+    """Register, then send one heartbeat untimed: a node's first heartbeat
+    stores every section (cards, ports, filesystems), once in its life."""
     headers = {"Authorization": f"Node {probe.credential}", "Content-Type": "application/json"}
-    answer = await client.post(
-        url + AGENT_API + "/register", content=probe.registration, headers=headers
-    )
-    answer.raise_for_status()
+    for path, body in (("/register", probe.registration), ("/heartbeat", probe.beats[0])):
+        answer = await client.post(url + AGENT_API + path, content=body, headers=headers)
+        answer.raise_for_status()
 
 
 async def _beat(
