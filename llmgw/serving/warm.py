@@ -13,9 +13,10 @@ Why a log with transaction ids rather than a counter: a counter bumped in
 every such transaction would serialise the fleet's heartbeats on one row,
 and a plain sequence is assigned before commit, so a transaction that
 commits after a younger one would be missed for good. Each log row carries
-its transaction's id, and a read takes every row at or above the oldest
-transaction still running at the previous read (pg_snapshot_xmin): nothing
-that commits late is below that line. Rows already read are skipped by id.
+its transaction's id, and a look reads the rows of every transaction that
+had not committed at the previous look (at or above that snapshot's xmax,
+or in progress then): one that commits late is still read, and each row
+is read once, through the index, however long some other transaction runs.
 
 A process's own placements are applied to its index in memory as they
 commit (their log rows are then skipped), so a worker placing in a loop
@@ -51,10 +52,15 @@ from llmgw.placement.scheduler import Inventory
 from llmgw.placement.snapshot import node_views
 from llmgw.placement.types import READY, Decision, NodeView
 
+# The rows whose transactions had not committed when we last looked (at
+# or above that snapshot's xmax, or in progress then), and this
+# transaction's own: its rows read the same before and after it writes.
 CHANGES = """
-SELECT pg_snapshot_xmin(pg_current_snapshot())::text, c.id, c.node_id, c.xid::text
+SELECT pg_current_snapshot()::text, pg_current_xact_id_if_assigned()::text,
+       c.id, c.node_id, c.xid::text
 FROM (SELECT 1) AS one
-LEFT JOIN serving_nodechange c ON c.xid >= %s::xid8
+LEFT JOIN serving_nodechange c
+  ON c.xid >= %s::xid8 OR c.xid = ANY(%s::xid8[]) OR c.xid = pg_current_xact_id_if_assigned()
 """
 
 
@@ -92,9 +98,12 @@ class WarmFleet:
         self.views: dict[int, NodeView] = {}
         self.order: list[int] = []
         self.inventory: Inventory | None = None
-        self.horizon = "0"
-        # Log row id -> its transaction id, for rows read at or above the horizon.
-        self.seen: dict[int, int] = {}
+        # The last look's snapshot: its xmax and the transactions in progress.
+        self.xmax = "0"
+        self.xip: list[str] = []
+        # Log rows already read that a look can return again (this
+        # transaction's own, our committed decisions'), by id -> transaction.
+        self.seen: dict[int, str] = {}
         # (deadline, node) for each node Ready by its last heartbeat.
         self.deadlines: list[tuple[datetime, int]] = []
         self.deadline_of: dict[int, datetime] = {}
@@ -146,13 +155,6 @@ class WarmFleet:
         assert self.inventory is not None
         return self.inventory
 
-    def _start(self) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text")
-            self.horizon = cursor.fetchone()[0]
-        self.seen = {}
-        self._load_all()
-
     def views_now(self) -> list[NodeView]:
         """Every node's view as stored now, own decisions included."""
         if connection.vendor != "postgresql":
@@ -162,23 +164,42 @@ class WarmFleet:
             self._reload(set(), exact=True)
         return [self.views[pk] for pk in self.order]
 
+    def _start(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_current_snapshot()::text")
+            self._snapshot(cursor.fetchone()[0])
+        self.seen = {}
+        self._load_all()
+
+    def _snapshot(self, text: str) -> None:
+        _, self.xmax, xip = text.split(":")
+        self.xip = xip.split(",") if xip else []
+
     def _changes(self) -> tuple[set[int], bool]:
         with connection.cursor() as cursor:
-            cursor.execute(CHANGES, [self.horizon])
+            cursor.execute(CHANGES, [self.xmax, self.xip])
             rows = cursor.fetchall()
-        horizon = int(rows[0][0])
+        snapshot, own = rows[0][0], rows[0][1]
         changed: set[int] = set()
         everything = False
-        for _, row_id, node_id, xid in rows:
-            if row_id is None or row_id in self.seen:
+        returned: set[int] = set()
+        for _, _, row_id, node_id, _ in rows:
+            if row_id is None:
                 continue
-            self.seen[row_id] = int(xid)
+            returned.add(row_id)
+            if row_id in self.seen:
+                continue
             if node_id is None:
                 everything = True
             else:
                 changed.add(node_id)
-        self.horizon = str(horizon)
-        self.seen = {i: x for i, x in self.seen.items() if x >= horizon}
+        # This transaction's rows come back at every look; our decisions'
+        # come back once, at the first look after they committed.
+        self.seen = {
+            **{r[2]: r[4] for r in rows if r[2] is not None and r[4] == own},
+            **{i: x for i, x in self.seen.items() if i not in returned},
+        }
+        self._snapshot(snapshot)
         changed |= self._lapsed()
         if self.capped and time.monotonic() - self.power_read_at > POWER_EVERY_S:
             self.power_read_at = time.monotonic()
@@ -283,7 +304,7 @@ class WarmFleet:
 
     # -- our own decisions ---------------------------------------------------
 
-    def own_rows(self) -> dict[int, int]:
+    def own_rows(self) -> dict[int, str]:
         """The log rows this transaction wrote so far, by id (call it last
         thing before commit, inside the transaction)."""
         if connection.vendor != "postgresql":
@@ -292,9 +313,9 @@ class WarmFleet:
             cursor.execute(
                 "SELECT id, xid::text FROM serving_nodechange WHERE xid = pg_current_xact_id()"
             )
-            return {r[0]: int(r[1]) for r in cursor.fetchall()}
+            return {r[0]: r[1] for r in cursor.fetchall()}
 
-    def committed(self, decision: Decision, rows: dict[int, int], generation: int) -> None:
+    def committed(self, decision: Decision, rows: dict[int, str], generation: int) -> None:
         """Our decision committed: apply it to the index it was made on and
         skip the log rows it wrote. If the index was looked at since the
         decision (`generation` moved: another thread of this process), it
