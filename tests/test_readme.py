@@ -207,7 +207,8 @@ def check_explain_nvlink(demo: Demo, out: str, claim: str) -> None:
     assert placed, out
     domain = next(d for d in demo.api("/api/v1/nvlink")["domains"] if d["id"] == placed[1])
     joined = {t["node"] for t in domain["trays"] if t["joined"]}
-    nodes = re.findall(r"^  (\S+): GPUs", out, re.M)
+    # "  sim-gb200-t01 (-/hall1/row01/r02:r02-pdu0): GPUs 0,1,2,3, ...": the node, where it sits.
+    nodes = re.findall(r"^  (\S+)(?: \([^)]*\))?: GPUs", out, re.M)
     assert len(nodes) == 4 and set(nodes) <= joined, (nodes, joined)
     assert f"inside NVLink domain {placed[1]}: all 4 nodes have every card joined" in out, out
 
