@@ -97,12 +97,21 @@ if [ ! -s "$KEY_FILE" ]; then
   LLMGW_CONFIG="$DATA/cli.yaml" llmgw ctl keys create demo --all-models | tail -1 > "$KEY_FILE"
 fi
 
+# This machine's own checks, once its agent has joined: doctor reads its
+# record with the agent's credential. A failing check is news, not a reason
+# to stop the demo.
+for _ in $(seq 60); do [ -s "$DATA/agent/credential" ] && break; sleep 0.5; done
+echo
+echo "llmgw doctor on this machine:"
+llmgw doctor --config "$DATA/agent/agent.yaml" || true
+
 cat <<MSG
 
 llmgw is running at $URL  (log in as admin; the console, /admin/, /api/docs/)
   this machine's agent:  $NODE  (log: $DATA/log/agent.log)
   simulated nodes:       $SIM_NODES  (log: $DATA/log/simulate.log)
   command line:          export LLMGW_CONFIG=$DATA/cli.yaml; llmgw ctl nodes
+  this machine's checks: llmgw doctor --config $DATA/agent/agent.yaml
   tiny-llama, held at one replica here once its engine is built (log: $DATA/log/serving.log):
     llmgw ctl models; llmgw ctl node $NODE
     python -c 'import openai; c = openai.OpenAI(base_url="$URL/v1", api_key=open("$KEY_FILE").read().strip());

@@ -283,10 +283,23 @@ def test_readme_commands_do_what_it_says(demo: Demo) -> None:
         CHECKS[command](demo, out, claim)
 
 
+def test_demo_prints_this_machines_doctor_checks(demo: Demo) -> None:
+    """make demo runs llmgw doctor on this machine once its agent has joined, and
+    prints every check with its result (a failing one is news, not a stop)."""
+    out = (demo.data / "demo.out").read_text()
+    assert "llmgw doctor on this machine:" in out, out
+    report = out.split("llmgw doctor on this machine:", 1)[1]
+    assert re.search(r"^CHECK\s+RESULT\s+DETAIL", report, re.M), report
+    for check in ("ib ports", "subnet manager", "engines", "model filesystems", "clock skew"):
+        assert re.search(rf"^{check}\s+(OK|WARN|FAIL|UNKNOWN)\s+\S", report, re.M), report
+    # It reached the control plane with the agent's credential: the record answered.
+    assert re.search(r"^credential\s+OK\s", report, re.M), report
+
+
 def test_readme_openai_snippet_answers(demo: Demo) -> None:
     """The held tiny model, on this machine's real llama-server, answers the
     README's snippet once its engine is installed (the demo builds and packs
-    it in the background)."""
+    it from the catalog's package source in the background)."""
     snippet = next(c for c, _ in readme_commands() if c.startswith("python -c"))
     snippet = snippet.replace('open("var/gateway-key")', f'open("{demo.data}/gateway-key")')
     # `python` is the virtualenv's: the demo's PATH starts with it, as make demo's does.
