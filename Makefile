@@ -84,8 +84,14 @@ bench-gateway: venv-test services $(LITELLM_VENV)/bin/litellm
 	DATABASE_URL=$(BENCH_DB) REDIS_URL=$(REDIS) $(BIN)/python manage.py migrate --noinput -v0
 	DATABASE_URL=$(BENCH_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/gateway.py $(BENCH_ARGS)
 
-bench-placement: venv-test
-	$(BIN)/python bench/placement.py
+# The pure scheduler, then the service path on a database of its own (the
+# benchmark empties its fleet and catalog first).
+PLACEMENT_DB ?= postgres://postgres@127.0.0.1:5432/llmgw_bench_placement
+bench-placement: venv-test services
+	psql -h 127.0.0.1 -U postgres -tc "SELECT 1 FROM pg_database WHERE datname = 'llmgw_bench_placement'" | grep -q 1 \
+	  || psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE llmgw_bench_placement" >/dev/null
+	DATABASE_URL=$(PLACEMENT_DB) REDIS_URL=$(REDIS) $(BIN)/python manage.py migrate --noinput -v0
+	DATABASE_URL=$(PLACEMENT_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/placement.py $(BENCH_ARGS)
 
 # The what-if sweep (every rack and PDU of a 5,000-node fleet failed in turn), in memory.
 .PHONY: bench-whatif

@@ -13,6 +13,10 @@ decision, with the same rules and the same preferences - and its decisions
 are checked to be the same as llmgw's before its speed is compared.
 
 Target at 5,000 nodes: 1,000 decisions/s, a full explanation within 100 ms.
+
+Then, beside it, the service path on PostgreSQL (bench/placement_service.py):
+committed placements per second and per placement from the database to
+committed claims at 5,000 nodes, and explain at 5,000 and 20,000 nodes.
 """
 
 from __future__ import annotations
@@ -258,6 +262,9 @@ def run_size(size: int, decisions: int, peer_decisions: int) -> dict[str, float]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer decisions, smaller fleets")
+    parser.add_argument(
+        "--no-service", action="store_true", help="the pure scheduler only, no database"
+    )
     args = parser.parse_args()
     sizes = (200, 1_000) if args.quick else SIZES
     decisions = 200 if args.quick else 2_000
@@ -290,6 +297,16 @@ def main() -> None:
             f"target at {at:,} nodes (1,000 decisions/s, explanation <= 100 ms) by {clock}: "
             f"{'met' if ok else 'MISSED'}"
         )
+    if args.no_service:
+        return
+    if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        print("\nservice path: skipped, it needs DATABASE_URL on PostgreSQL (make bench-placement)")
+        return
+    import placement_service
+
+    placement_service.main(
+        (200, 1_000) if args.quick else (5_000, 20_000), 40 if args.quick else 400
+    )
 
 
 if __name__ == "__main__":
