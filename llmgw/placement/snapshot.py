@@ -312,7 +312,7 @@ def node_views(only: Collection[int] | None = None) -> list[NodeView]:
         ports[port.node_id].append(port)
     maps = map_indexes()
     facility = Facility()
-    declared = declared_by_node()
+    declared = declared_by_node(only)
     views = []
     for n in nodes:
         where = facility.for_node(n)
