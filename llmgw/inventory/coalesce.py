@@ -1,7 +1,7 @@
 """Heartbeats arriving together, stored together.
 
 Each web process holds one Coalescer. A heartbeat handed to it waits a
-tick (20 ms) or while the statement before it runs, then goes with every
+tick (50 ms) or while the statement before it runs, then goes with every
 other heartbeat that arrived meanwhile in one statement (heartbeat_batch):
 under light load a heartbeat is written nearly at once, nearly alone; under
 heavy load the batches grow,
@@ -42,7 +42,7 @@ def _close() -> None:
 
 
 class Coalescer:
-    def __init__(self, tick_s: float = 0.02, max_batch: int = 1000, store: Store = _store) -> None:
+    def __init__(self, tick_s: float = 0.05, max_batch: int = 1000, store: Store = _store) -> None:
         self.tick_s = tick_s
         self.max_batch = max_batch
         self.store = store
