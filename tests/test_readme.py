@@ -222,6 +222,17 @@ def check_nvlink(demo: Demo, out: str, claim: str) -> None:
     assert "17/18 trays joined" in out and "sim-gb200-t07 held out" in out, out
 
 
+def check_fabric_test(demo: Demo, out: str, claim: str) -> None:
+    # "ib_write_bw rail by rail through both agents, each rail graded"
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("RAIL"))
+    rows = [line.split() for line in lines[header + 1 : header + 9]]
+    assert [r[0] for r in rows] == [str(n) for n in range(8)], out
+    assert all(r[-1] in ("ok", "degraded", "failed") for r in rows), out
+    # The demo's numbers are the simulator's, and the table says so.
+    assert "simulated: these nodes are simulated and so are their numbers" in out, out
+
+
 def check_cordon(demo: Demo, out: str, claim: str) -> None:
     node = demo.ok(".venv/bin/llmgw ctl node sim-h100-01")
     assert "XID 79 on GPU 3" in node, node
@@ -252,6 +263,7 @@ CHECKS: dict[str, Callable[[Demo, str, str], None]] = {
     ".venv/bin/llmgw ctl explain deepseek-v3-671b": check_explain_nvlink,
     ".venv/bin/llmgw ctl fabrics": check_fabrics,
     ".venv/bin/llmgw ctl nvlink": check_nvlink,
+    ".venv/bin/llmgw ctl fabric-test sim-h100-01 sim-h100-04": check_fabric_test,
     '.venv/bin/llmgw ctl cordon sim-h100-01 --reason "XID 79 on GPU 3"': check_cordon,
     "(umask 077; llmgw node add gpu-a-01 > token)": check_node_add,
 }
