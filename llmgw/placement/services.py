@@ -155,13 +155,13 @@ def judged(
     profiles: Sequence[Profile],
     decision: Decision | None,
     attempts: Attempts,
-    views: Iterable[NodeView],
+    inventory: scheduler.Inventory,
 ) -> Placement:
     """A stored decision with its explanation, every node judged now on
-    `views` (the fleet as it stands, the decision's own claims taken out by
-    the caller): what explain renders. Same words as a fresh placement's
-    while the fleet has not changed since."""
-    inventory = scheduler.Inventory(views)
+    `inventory` (the fleet as it stands, the decision's own claims taken
+    out by the caller): what explain renders. Same words as a fresh
+    placement's while the fleet has not changed since. Judged lazily: the
+    caller reads it before the inventory changes."""
     by_name = {p.name: p for p in profiles}
     sources = []
     for name, _, placed in attempts:

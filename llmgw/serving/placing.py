@@ -112,10 +112,16 @@ def judge(model_name: str, data: dict[str, Any], holds_claims: bool) -> Placemen
     decision = placement.stored_decision(model_name, data["decision"]) if data["decision"] else None
     attempts = tuple((a["profile"], a["priority"], a["placed"]) for a in data["attempts"])
     with warm.FLEET.lock:
-        views = warm.FLEET.views_now()
-    if decision is not None and holds_claims:
-        views = placement.without(views, decision)
-    return placement.judged(model_name, profiles, decision, attempts, views)
+        inventory = warm.FLEET.exact()
+        if decision is not None and holds_claims:
+            # A copy that shares every node but the decision's own.
+            inventory = inventory.replaced(
+                placement.without(warm.FLEET.views_of(decision.nodes), decision)
+            )
+        judged = placement.judged(model_name, profiles, decision, attempts, inventory)
+        # Judged now, while the warm index is the fleet it describes.
+        judged.explanation.materialize()
+    return judged
 
 
 def _record(model: Model, replica: Replica | None, data: dict[str, Any]) -> None:
@@ -202,9 +208,11 @@ def dry_run(model_name: str) -> Placement:
     model = placement.load_model(model_name)
     profiles = [profile_view(p) for p in model.profiles.all()]
     with warm.FLEET.lock:
-        decision, attempts = placement.decide_on(warm.FLEET.current(), model.name, profiles)
-        views = warm.FLEET.views_now()
-    return placement.judged(model.name, profiles, decision, attempts, views)
+        inventory = warm.FLEET.exact()
+        decision, attempts = placement.decide_on(inventory, model.name, profiles)
+        judged = placement.judged(model.name, profiles, decision, attempts, inventory)
+        judged.explanation.materialize()
+    return judged
 
 
 def _when(made: datetime, now: datetime) -> dict[str, Any]:

@@ -155,25 +155,41 @@ class WarmFleet:
         assert self.inventory is not None
         return self.inventory
 
-    def views_now(self) -> list[NodeView]:
-        """Every node's view as stored now, own decisions included."""
+    def exact(self) -> Inventory:
+        """The index as the database has it now, the nodes our own decisions
+        changed in memory read again: what explain judges on, in the words a
+        fresh index would use. The caller holds `lock`."""
         if connection.vendor != "postgresql":
-            return node_views()
+            return Inventory(node_views())
         self.current()
         if self.dirty:
             self._reload(set(), exact=True)
-        return [self.views[pk] for pk in self.order]
+        return self._inventory()
+
+    def views_of(self, names: Iterable[str]) -> list[NodeView]:
+        """These nodes' views as last read (after exact(): as stored now)."""
+        if connection.vendor != "postgresql":
+            wanted = set(names)
+            return [v for v in node_views() if v.name in wanted]
+        return [self.views[self.pk_by_name[n]] for n in names if n in self.pk_by_name]
 
     def _start(self) -> None:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_current_snapshot()::text")
-            self._snapshot(cursor.fetchone()[0])
+            cursor.execute(
+                "SELECT pg_current_snapshot()::text, pg_current_xact_id_if_assigned()::text"
+            )
+            self._snapshot(*cursor.fetchone())
         self.seen = {}
         self._load_all()
 
-    def _snapshot(self, text: str) -> None:
+    def _snapshot(self, text: str, own: str | None) -> None:
         _, self.xmax, xip = text.split(":")
         self.xip = xip.split(",") if xip else []
+        # A look from inside a transaction that has written (placing by
+        # hand locks the model first) sees that transaction as done; the
+        # next look, from another, must still read what it commits later.
+        if own is not None:
+            self.xip.append(own)
 
     def _changes(self) -> tuple[set[int], bool]:
         with connection.cursor() as cursor:
@@ -199,7 +215,7 @@ class WarmFleet:
             **{r[2]: r[4] for r in rows if r[2] is not None and r[4] == own},
             **{i: x for i, x in self.seen.items() if i not in returned},
         }
-        self._snapshot(snapshot)
+        self._snapshot(snapshot, own)
         changed |= self._lapsed()
         if self.capped and time.monotonic() - self.power_read_at > POWER_EVERY_S:
             self.power_read_at = time.monotonic()

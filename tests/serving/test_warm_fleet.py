@@ -129,6 +129,20 @@ def test_a_cordon_is_seen_by_the_next_placement(dgx):
     assert placing.place_replica("one")[0] is not None
 
 
+def test_a_change_committed_after_a_look_from_inside_its_transaction_is_seen(dgx):
+    # Placing by hand locks the model, then places (a look at the log),
+    # then commits: what that transaction writes after its look is read
+    # by the next one.
+    with transaction.atomic():
+        Model.objects.select_for_update(no_key=True).get(name="one")
+        # A younger transaction commits first, as heartbeats do all along.
+        elsewhere(lambda: Model.objects.filter(name="whole").update(weights="/w"))
+        with warm.FLEET.lock:
+            warm.FLEET.current()
+        inventory.cordon("dgx-1", "power work", "ops")
+    assert placing.place_replica("one")[0] is None
+
+
 def test_a_label_is_seen_by_the_next_placement(dgx):
     assert placing.place_replica("pooled")[0] is None
     assert "dgx-1 has no label pool, needs pool='blue'" in words("pooled")
