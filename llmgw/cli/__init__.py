@@ -126,12 +126,27 @@ def _simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--once", action="store_true", help="register and send one heartbeat each, then exit"
     )
+    parser.add_argument(
+        "--serve-shards",
+        action="store_true",
+        help="take the nodes' shards to ready and answer them (saying they are simulated) "
+        "from one endpoint on --serve-host:--serve-port; without it they stay pending",
+    )
+    parser.add_argument("--serve-host", default="127.0.0.1", help="where that endpoint listens")
+    parser.add_argument("--serve-port", type=int, default=0, help="its port (0: any free one)")
 
 
 def _simulate(args: argparse.Namespace) -> int:
     from llmgw.cli.simulate import run
+    from llmgw.simulator.engine import Endpoint
 
-    return run(args.server, args.nodes, args.interval, args.prefix, args.once, args.nvl72_trays)
+    if args.serve_port and not 1024 <= args.serve_port <= 65535:
+        # The control plane refuses a shard URL with a privileged port.
+        raise SystemExit(f"--serve-port: {args.serve_port}, expected 1024-65535 or 0 (any)")
+    serve = Endpoint(args.serve_host, args.serve_port) if args.serve_shards else None
+    return run(
+        args.server, args.nodes, args.interval, args.prefix, args.once, args.nvl72_trays, serve
+    )
 
 
 def _event_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,6 +29,7 @@ from llmgw_agent.client import read_credential, write_credential
 from llmgw.inventory import services
 from llmgw.inventory.models import Node
 from llmgw.simulator import fabrics
+from llmgw.simulator.engine import Endpoint
 from llmgw.simulator.fleet import SimNode, make_fleet
 from llmgw.simulator.swarm import Member, Refused, Swarm
 from llmgw.simulator.swarm import handlers as handlers  # what a node's stream answers
@@ -138,8 +139,16 @@ def event(action: str, node: str, devices: list[str]) -> int:
 
 
 def run(
-    server: str, count: int, interval: float, prefix: str, once: bool, nvl72_trays: int = 0
+    server: str,
+    count: int,
+    interval: float,
+    prefix: str,
+    once: bool,
+    nvl72_trays: int = 0,
+    serve: Endpoint | None = None,
 ) -> int:
+    """`serve`: the endpoint the nodes' shards are ready on and answered
+    from (--serve-shards); without it they stay pending, costing nothing."""
     fleet = make_fleet(count, prefix, nvl72_trays=nvl72_trays)
     # Several web processes, comma-separated, as a real agent's server_urls.
     urls = [url for url in server.split(",") if url]
@@ -147,6 +156,11 @@ def run(
 
     async def main() -> None:
         swarm = Swarm(urls, [], interval, streams=not once, tick=cables.poll)
+        if serve is not None:
+            await serve.start()
+            log.info("simulated shards are answered at %s", serve.url)
+            for sim in fleet:
+                sim.serving = serve.life(sim.name)
         async with swarm:
             swarm.members = await join_fleet(swarm, fleet)
             log.info(
@@ -154,6 +168,8 @@ def run(
             )
             cables.poll()
             await swarm.run(once=once)
+        if serve is not None:
+            await serve.stop()
 
     run_loop(main())
     return 0

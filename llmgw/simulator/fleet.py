@@ -21,6 +21,7 @@ from llmgw_agent.protocol.build import build_heartbeat, build_registration, feat
 from llmgw_agent.protocol.messages import Heartbeat, Registration
 
 from llmgw.simulator import fabrics as ib
+from llmgw.simulator.engine import ShardLife
 from llmgw.simulator.gpus import GpuSim, fabric, imex, topology
 
 GiB = 2**30
@@ -146,6 +147,8 @@ class SimNode:
     last_beat: float | None = None
     last_active: list[str] | None = None
     last_managers: float | None = None
+    # --serve-shards: its shards start, get ready, are answered (llmgw.simulator.engine).
+    serving: ShardLife | None = None
 
     def __post_init__(self) -> None:
         if self.shape.gpus:
@@ -320,7 +323,7 @@ class SimNode:
         """The engine manager's report and the shards, as an agent's.
 
         A simulated node has the engines it is asked for, and runs none:
-        its shards stay pending, saying why, so nothing routes to them.
+        its shards stay pending, saying why, so nothing routes to them (unless `serving`).
 
         A GPU node also has vLLM and SGLang in its image, named the way a
         real node's agent.yaml names engines it did not install (no
@@ -361,6 +364,8 @@ class SimNode:
             + image,
             "warnings": warnings,
         }
+        if self.serving is not None:
+            return report, self.serving.report(self.desired.get("shards") or [])
         shards = [
             {
                 "id": sh["id"],
