@@ -83,7 +83,9 @@ pids+=($!)
 CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF}" \
   llmgw-agent --config "$DATA/agent/agent.yaml" > "$DATA/log/agent.log" 2>&1 &
 pids+=($!)
-llmgw simulate --nodes "$SIM_NODES" --server "$URL" > "$DATA/log/simulate.log" 2>&1 &
+# --serve-shards: the simulated nodes' shards get ready (a drain can finish)
+# and answer from one endpoint of the simulator's, saying no model ran.
+llmgw simulate --nodes "$SIM_NODES" --server "$URL" --serve-shards > "$DATA/log/simulate.log" 2>&1 &
 pids+=($!)
 # An engine mirror, empty unless you fill it: `llmgw engine pack` (an archive)
 # or `--wheelhouse` (the packages' wheels), then `mirror:` under engines: in

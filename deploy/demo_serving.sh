@@ -25,7 +25,7 @@ models:
     always_running: 1
     profiles:
       - name: cpu
-        # This machine's own agent (the simulated nodes run nothing).
+        # This machine's own agent (the simulated nodes run no model).
         node_selector: {llmgw.io/rack: demo}
         memory_gb: 1
         cpu_cores: 1
