@@ -49,6 +49,9 @@ class NodeState:
         "engine_versions",
         "domains",
         "named",
+        "weighted",
+        "alone",
+        "shapes",
         "declared_w",
         "measured_w",
         "power",
@@ -98,6 +101,17 @@ class NodeState:
             (level, view.labels.get(level_label(level))) for level in SPREAD_LEVELS
         )
         self.named = any(value is not None for _, value in self.domains)
+        # The spread score's parts (Replicas.of): each named domain with its
+        # level's weight, and the weights of the levels the node itself stands for.
+        last = len(self.domains) - 1
+        self.weighted: tuple[tuple[int, tuple[str, str]], ...] = tuple(
+            (WEIGHT ** (last - k), (level, value))
+            for k, (level, value) in enumerate(self.domains)
+            if value is not None
+        )
+        self.alone = sum(WEIGHT ** (last - k) for k, d in enumerate(self.domains) if d[1] is None)
+        # gpu_shape per class, until apply takes a card (it empties this).
+        self.shapes: dict[str, tuple[int, int]] = {}
         # Raised by the shards a dry run places here (power.apply).
         self.declared_w = view.declared_w
         self.measured_w = view.measured_w
@@ -111,7 +125,13 @@ class NodeState:
         return len(free) if free else 0
 
     def gpu_shape(self, gpu_class: str) -> tuple[int, int]:
-        return self.free_count(gpu_class), self.largest_island(gpu_class)
+        shape = self.shapes.get(gpu_class)
+        if shape is None:
+            shape = self.shapes[gpu_class] = (
+                self.free_count(gpu_class),
+                self.largest_island(gpu_class),
+            )
+        return shape
 
     def largest_island(self, gpu_class: str) -> int:
         """Free GPUs of the class in the best-provided NVLink island.
@@ -172,13 +192,11 @@ class Replicas:
         if not n.named:  # most fleets name no domain: each level is the node itself
             return mine, mine * UNNAMED
         counts = self.in_domain.get(model)
-        score = 0
-        for domain in n.domains:
-            score *= WEIGHT
-            if domain[1] is None:
-                score += mine
-            elif counts:
-                score += counts.get(domain, 0)  # type: ignore[arg-type]
+        score = mine * n.alone
+        if counts:
+            get = counts.get
+            for weight, domain in n.weighted:
+                score += weight * get(domain, 0)
         return mine, score
 
     def add(self, model: str, n: NodeState, count: int = 1) -> None:
@@ -198,6 +216,26 @@ class Replicas:
         other.on_node = {m: dict(c) for m, c in self.on_node.items()}
         other.in_domain = {m: dict(c) for m, c in self.in_domain.items()}
         return other
+
+
+def neighbours(
+    n: NodeState,
+    members: dict[tuple[str, str], list[int]],
+    cache: dict[int, list[tuple[int, int]]],
+) -> list[tuple[int, int]]:
+    """The other nodes sharing a spread domain with the node, each with how
+    much its spread score rises with one more replica on the node: the
+    weights of the domains they share (see Replicas.of). Kept in the cache,
+    by ordinal, as labels do not change."""
+    found = cache.get(n.ordinal)
+    if found is None:
+        shared: dict[int, int] = {}
+        for weight, domain in n.weighted:
+            for o in members[domain]:
+                if o != n.ordinal:
+                    shared[o] = shared.get(o, 0) + weight
+        found = cache[n.ordinal] = list(shared.items())
+    return found
 
 
 def static_refusal(n: NodeState, p: Profile) -> Refusal | None:

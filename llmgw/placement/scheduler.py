@@ -32,8 +32,8 @@ from dataclasses import replace
 from functools import partial
 
 from . import multinode, power, refusals, reindex
-from .checks import NodeState, Replicas, fabric_adapters, static_refusal
-from .index import Eligible, StaticKey, Tier, fit, static_key, tier_of
+from .checks import NodeState, Replicas, fabric_adapters, neighbours, static_refusal
+from .index import Eligible, StaticKey, fit, static_key, tier_of
 from .types import (
     Decision,
     Explanation,
@@ -63,6 +63,8 @@ class Inventory:
         self._replicas = Replicas()
         # (level, value) -> its nodes, for every spread level a node names.
         self._members: dict[tuple[str, str], list[int]] = {}
+        # Node -> checks.neighbours, on first use; copies share it (labels stay).
+        self._rises: dict[int, list[tuple[int, int]]] = {}
         # Capped domain -> its power, shared by its nodes' states.
         self._power: dict[str, power.DomainPower] = {}
         for n in self._nodes:
@@ -127,6 +129,7 @@ class Inventory:
                 other._own(n.view.name).power = [other._power[d.key] for d in n.power]
         other._holders = self._holders
         other._members = self._members
+        other._rises = self._rises
         other._kinds = self._kinds
         other._eligible_by_key = {k: e.copy() for k, e in self._eligible_by_key.items()}
         other._pending = weakref.WeakSet()
@@ -140,6 +143,7 @@ class Inventory:
         for slot in NodeState.__slots__:
             setattr(m, slot, getattr(n, slot))
         m.free = {cls: list(free) for cls, free in n.free.items()}
+        m.shapes = dict(n.shapes)
         self._nodes[n.ordinal] = self._by_name[name] = m
         self._owned.add(n.ordinal)
         return m
@@ -176,7 +180,12 @@ class Inventory:
             }
             if replicas.on_node.get(m, {}).get(old.ordinal, 0) != new.view.models.get(m, 0)
         }
-        near = {o.ordinal: o for old, _ in changed for o in (old, *self._neighbours(old))}
+        near = {old.ordinal: old for old, _ in changed}
+        near.update(
+            (o, self._nodes[o])
+            for old, _ in changed
+            for o, _ in neighbours(old, self._members, self._rises)
+        )
         taken = {
             key: reindex.take_out(e, changed, models, list(near.values()), replicas)
             for key, e in self._eligible_by_key.items()
@@ -268,19 +277,6 @@ class Inventory:
                     near.update(self._members[domain])  # type: ignore[index]
         return near
 
-    def _neighbours(self, n: NodeState) -> list[NodeState]:
-        """The other nodes sharing a spread domain with the node."""
-        seen: set[int] = {n.ordinal}
-        out: list[NodeState] = []
-        for domain in n.domains:
-            if domain[1] is None:
-                continue
-            for o in self._members[domain]:  # type: ignore[index]
-                if o not in seen:
-                    seen.add(o)
-                    out.append(self._nodes[o])
-        return out
-
     def _pick_cpu(self, model: str, p: Profile) -> tuple[NodeState, tuple[int, ...]] | None:
         eligible = self._eligible(p)
         mem = p.memory_bytes
@@ -365,6 +361,8 @@ class Inventory:
         for shard in decision.shards:
             n = self._own(shard.node)
             before = {cls: n.gpu_shape(cls) for cls in n.free}
+            if shard.gpu_indices:
+                n.shapes = {}
             for index in shard.gpu_indices:
                 # An index is free in its own class's list or nowhere.
                 for free in n.free.values():
@@ -386,11 +384,15 @@ class Inventory:
             n.used = True
             if n.power:
                 power.apply(n, shard.power_w)
-            # One more of the model's replicas on the node and in its
-            # domains: their other nodes move tier for the model too.
-            replicas = self._replicas
-            others = self._neighbours(n)
-            was_others: list[Tier] = [tier_of(replicas, m, model) for m in others]
+            # One more of the model's replicas on the node and in its domains:
+            # each neighbour's score rises by the weights of the ones it shares.
+            replicas, nodes = self._replicas, self._nodes
+            spreading = any(model in e.spread for e in self._eligible_by_key.values())
+            others = [
+                (nodes[o], t, (t[0], t[1] + rise, t[2]))
+                for o, rise in (neighbours(n, self._members, self._rises) if spreading else ())
+                for t in (tier_of(replicas, nodes[o], model),)
+            ]
             was = tier_of(replicas, n, model)
             replicas.add(model, n)
             now = tier_of(replicas, n, model)
@@ -401,11 +403,12 @@ class Inventory:
                 mine = e.spread.get(model)
                 # The domains' counts went up for their nodes this kind may use,
                 # whether or not it may use this one.
-                if mine is not None and others:
-                    for o, t in zip(others, was_others, strict=True):
-                        if o.ordinal in e.ok:
+                if mine is not None:
+                    ok = e.ok
+                    for o, t, moved in others:
+                        if o.ordinal in ok:
                             shape = o.gpu_shape(cls)
-                            mine.refile(o.ordinal, t, shape, tier_of(replicas, o, model), shape)
+                            mine.refile(o.ordinal, t, shape, moved, shape)
                 if n.ordinal not in e.ok:
                     continue
                 # A class with no free card before has none after: (0, 0) both.

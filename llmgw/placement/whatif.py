@@ -62,6 +62,7 @@ class Fleet:
     _base: Inventory | None = None
     _by_name: dict[str, NodeView] | None = None
     _on_node: dict[str, list[int]] | None = None
+    _live: dict[str, int] | None = None
 
     def domains(self) -> dict[str, list[str]]:
         if self._domains is None:
@@ -86,6 +87,14 @@ class Fleet:
                 for n in dict.fromkeys(r.decision.nodes):
                     self._on_node[n].append(i)
         return self._on_node
+
+    def live(self) -> dict[str, int]:
+        """Model -> its held replicas, before any failure."""
+        if self._live is None:
+            self._live = defaultdict(int)
+            for r in self.replicas:
+                self._live[r.model] += 1
+        return self._live
 
     def by_name(self) -> dict[str, NodeView]:
         if self._by_name is None:
@@ -144,9 +153,7 @@ class Outcome:
 
     def below(self, fleet: Fleet) -> dict[str, tuple[int, int]]:
         """Held models left below always_running: model -> (after, wanted)."""
-        live: dict[str, int] = defaultdict(int)
-        for r in fleet.replicas:
-            live[r.model] += 1
+        live = defaultdict(int, fleet.live())
         for lost in self.lost:
             if lost.decision is None:
                 live[lost.replica.model] -= 1
