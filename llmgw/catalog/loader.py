@@ -404,7 +404,9 @@ def _domain(r: _Reader, node: yaml.Node, where: str) -> str | None:
     level, value = (part.strip() for part in text.split("=", 1))
     if level not in LEVELS or not value:
         r.error(
-            node, where, f"expected LEVEL=VALUE with LEVEL one of {', '.join(LEVELS)}, or a node name"
+            node,
+            where,
+            f"expected LEVEL=VALUE with LEVEL one of {', '.join(LEVELS)}, or a node name",
         )
         return None
     return f"{level}={value}"

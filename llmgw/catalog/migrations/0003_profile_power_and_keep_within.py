@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('catalog', '0002_engine_package_mirror'),
+        ("catalog", "0002_engine_package_mirror"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='profile',
-            name='keep_within',
-            field=models.CharField(blank=True, default='', max_length=8),
+            model_name="profile",
+            name="keep_within",
+            field=models.CharField(blank=True, default="", max_length=8),
         ),
         migrations.AddField(
-            model_name='profile',
-            name='power_w',
+            model_name="profile",
+            name="power_w",
             field=models.FloatField(blank=True, null=True),
         ),
     ]
