@@ -38,7 +38,8 @@ lint: venv-test
 	$(BIN)/lint-imports --no-cache
 
 typecheck: venv-test
-	$(BIN)/mypy --strict agent/llmgw_agent llmgw/placement/types.py llmgw/placement/scheduler.py llmgw/placement/index.py llmgw/placement/refusals.py
+	$(BIN)/mypy --strict agent/llmgw_agent llmgw/placement/types.py llmgw/placement/scheduler.py llmgw/placement/index.py llmgw/placement/refusals.py \
+	  llmgw/placement/reindex.py llmgw/placement/whatif.py llmgw/placement/power.py
 
 fmt: venv-test
 	$(BIN)/ruff check --fix .
