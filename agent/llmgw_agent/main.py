@@ -101,6 +101,10 @@ class Agent:
         # then.
         self.desired_engines: list[Any] = list(desired_engines)
         self.desired_shards: list[Any] | None = None
+        # The digest the answer gave with the desired state taken last, sent back with each
+        # heartbeat so the answer carries `desired` only when it changed. None until one is
+        # taken (a restarted agent gets it in full).
+        self.desired_digest: str | None = None
         # Never longer than RETRY_CAP_S, whatever the interval: after an outage the agent is
         # back within 15 s of the control plane, and only sends its state as it is then.
         self.backoff = Backoff(cap=min(RETRY_CAP_S, max(config.heartbeat_interval_s * 6, 1.0)))
@@ -150,7 +154,9 @@ class Agent:
     def heartbeat(self) -> Heartbeat:
         # The manager's report is read under its lock; an install never delays a heartbeat.
         report = self.converge()
-        return collect_heartbeat(self.config, self.roots, report, self.shards.report())
+        return collect_heartbeat(
+            self.config, self.roots, report, self.shards.report(), self.desired_digest
+        )
 
     def registration(self) -> Registration:
         # Only a running stream answers commands.
@@ -187,9 +193,11 @@ class Agent:
         while not self.stop.is_set():
             started = time.monotonic()
             answer = self.send(self.client.heartbeat, self.heartbeat, "heartbeat")
-            # An older control plane sends no desired: keep converging on what we had.
+            # No desired: unchanged since our digest, or an older control plane that sends
+            # none. Either way, keep converging on what we had.
             if answer is not None and answer.desired is not None and not self.once:
                 self.take_desired(answer.desired)
+                self.desired_digest = answer.desired_digest
             if answer is not None and answer.register:
                 log.info("control plane asked for registration again")
                 registered = self.send(self.client.register, self.registration, "register")

@@ -55,8 +55,14 @@ def collect_heartbeat(
     roots: Roots,
     engines: Mapping[str, Any] | None = None,
     shards: Sequence[Mapping[str, Any]] | None = None,
+    desired_digest: str | None = None,
 ) -> Heartbeat:
     data, results = run_collectors(roots, part="heartbeat", enabled=config.collectors)
     return build_heartbeat(
-        config.node, data=data, collectors=results, engines=engines, shards=shards
+        config.node,
+        data=data,
+        collectors=results,
+        engines=engines,
+        shards=shards,
+        desired_digest=desired_digest,
     )

@@ -48,6 +48,8 @@ class Beat:
     # (mount, free bytes) of each filesystem it reported; None when it sent none.
     free: list[tuple[str, int]] | None
     at: datetime
+    # The digest of the desired state the agent holds; None when it sent none.
+    desired_digest: str | None = None
 
 
 _encode = msgspec.json.Encoder().encode
@@ -57,6 +59,16 @@ _sql: dict[tuple[bool, tuple[str, ...]], str] = {}
 def _value(column: str, value: Any) -> Any:
     # A copied column travels as a marker: the SQL names the column itself.
     return True if isinstance(value, F) else value
+
+
+def _returned(name: str) -> str:
+    quote = connection.ops.quote_name
+    column = f"n.{quote(Node._meta.get_field(name).column)}"
+    if name == "desired":
+        # Null when the agent holds this desired state already: its tens of
+        # kilobytes are then neither read (it is TOASTed) nor sent.
+        return f"CASE WHEN b.d = n.{quote('desired_digest')} THEN NULL ELSE {column} END"
+    return column
 
 
 def _statement(asynchronous: bool, returned: tuple[str, ...]) -> str:
@@ -76,7 +88,7 @@ def _statement(asynchronous: bool, returned: tuple[str, ...]) -> str:
             value = f"n.{quote('wear_reported_at')}"
         sets.append(f"{column} = CASE WHEN b.f ? '{name}' THEN {value} ELSE n.{column} END")
     fs = Filesystem._meta
-    returning = ", ".join(f"n.{quote(opts.get_field(name).column)}" for name in returned)
+    returning = ", ".join(_returned(name) for name in returned)
     # Committed without waiting for the WAL flush, for this statement's own
     # transaction only: measurements are replaced every 10 s, so a crash
     # losing the last few hundred ms of them is harmless, and waiting for
@@ -91,7 +103,7 @@ def _statement(asynchronous: bool, returned: tuple[str, ...]) -> str:
     )
     return f"""
 WITH b AS (
-    SELECT * FROM jsonb_to_recordset(%s::jsonb) AS b(n text, h text, f jsonb)
+    SELECT * FROM jsonb_to_recordset(%s::jsonb) AS b(n text, h text, f jsonb, d text)
 ), node AS (
     UPDATE {quote(opts.db_table)} AS n SET {", ".join(sets)}
     FROM b{commit}
@@ -111,7 +123,8 @@ SELECT * FROM node"""
 def update(beats: Sequence[Beat], returned: Sequence[str]) -> dict[str, tuple[Any, ...]]:
     """One statement for all of `beats` (one per node name at most): each
     authenticated node's row as `returned` lists it, by name. `returned`
-    must begin with "name"."""
+    must begin with "name"; its "desired" is None where the beat's
+    desired_digest matches the stored one."""
     key = (not connection.in_atomic_block, tuple(returned))
     sql = _sql.get(key)
     if sql is None:
@@ -124,6 +137,7 @@ def update(beats: Sequence[Beat], returned: Sequence[str]) -> dict[str, tuple[An
             "n": beat.name,
             "h": beat.credential_hash,
             "f": {column: _value(column, value) for column, value in beat.fields.items()},
+            "d": beat.desired_digest,
         }
         for beat in ordered
     ]

@@ -137,7 +137,10 @@ def _prepare(
         # Free space changes on nearly every beat of a real disk: it is a
         # measurement, written with the node's row, not a changed section.
         free = [(fs["mount"], fs["free_bytes"]) for fs in data["filesystems"]]
-    return heartbeat_batch.Beat(name, credential_hash, fields, free, now), digests
+    beat = heartbeat_batch.Beat(
+        name, credential_hash, fields, free, now, data.get("desired_digest")
+    )
+    return beat, digests
 
 
 def _settle(
@@ -149,24 +152,24 @@ def _settle(
 ) -> dict[str, Any]:
     # registered_at comes back unconverted (a string on SQLite): only
     # whether it is null matters.
-    name, pk, state, registered_at, desired = row[: len(_RETURNING)]
+    name, pk, state, registered_at, desired, desired_digest = row[: len(_RETURNING)]
     stored = dict(zip(columns, row[len(_RETURNING) :], strict=True))
     changed = {column: d for column, d in digests.items() if d != stored[column]}
     if changed or state != NodeState.READY:
         _store_changes(pk, data, changed, now)
         if state != NodeState.READY:
             log.info("node %s is Ready", name)
-    return {
-        "node": name,
-        "state": NodeState.READY,
-        "register": registered_at is None,
+    answer = {"node": name, "state": NodeState.READY, "register": registered_at is None}
+    if desired is not None:  # None: the agent holds this desired state already
         # JSON comes back as text from a raw cursor on some backends.
-        "desired": json.loads(desired) if isinstance(desired, str) else (desired or {}),
-    }
+        answer["desired"] = json.loads(desired) if isinstance(desired, str) else desired
+    if desired_digest:
+        answer["desired_digest"] = desired_digest
+    return answer
 
 
 # Read back with every heartbeat, before the sections' digest columns.
-_RETURNING = ("name", "id", "state", "registered_at", "desired")
+_RETURNING = ("name", "id", "state", "registered_at", "desired", "desired_digest")
 
 
 def _update_one(beat: heartbeat_batch.Beat, returned: list[str]) -> tuple[Any, ...] | None:
@@ -174,6 +177,8 @@ def _update_one(beat: heartbeat_batch.Beat, returned: list[str]) -> tuple[Any, .
     RETURNING, then its filesystems' free space."""
     where = {"name": beat.name, "credential_hash": beat.credential_hash, "revoked_at": None}
     row = _update_returning(beat.fields, where, returned)
+    if row is not None and beat.desired_digest and beat.desired_digest == row[5]:
+        row = (*row[:4], None, *row[5:])  # as heartbeat_batch answers: held already
     if row is not None:
         for mount, size in beat.free or ():
             Filesystem.objects.filter(node_id=row[1], mount=mount).update(

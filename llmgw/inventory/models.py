@@ -125,9 +125,13 @@ class Node(models.Model):
     active_fabrics = models.JSONField(null=True, blank=True)
     notices = models.JSONField(default=list, blank=True)
     # What this node should run: rebuilt by llmgw.serving.desired when its
-    # shards or the wanted engines change, and sent back with every heartbeat
+    # shards or the wanted engines change, and sent back with a heartbeat's
     # answer from the same UPDATE ... RETURNING (no extra query).
     desired = models.JSONField(default=dict, blank=True)
+    # Its digest, written with it: a heartbeat that sends back the digest it
+    # holds is answered without the desired state when the two match, which
+    # the heartbeat's statement compares without reading the JSON.
+    desired_digest = models.CharField(max_length=64, blank=True, default="")
     # Shard reports: the latest as sent (cores and memory change every
     # heartbeat), and a digest of their states for the durable path.
     shard_samples = models.JSONField(null=True, blank=True)

@@ -1,10 +1,13 @@
 """Each node's desired state: the engines it should have and the shards it
 should run, rebuilt explicitly whenever placement changes a node's shards
-(never by signals) and stored on the node row, so a heartbeat answers with
-it from its single UPDATE ... RETURNING."""
+(never by signals) and stored on the node row with its digest, so a heartbeat answers with
+it from its single UPDATE ... RETURNING, and only when the digest the
+heartbeat sent differs."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -56,6 +59,11 @@ def shard_spec(shard: Shard, holdings: dict[tuple[int, str], str]) -> dict[str, 
     }
 
 
+def digest(desired: dict[str, Any]) -> str:
+    """What a heartbeat sends back to say which desired state its node holds."""
+    return hashlib.sha256(json.dumps(desired, sort_keys=True).encode()).hexdigest()
+
+
 def rebuild(node_ids: Iterable[int] | None = None) -> None:
     """Recompute the desired state of the given nodes (all when None)."""
     nodes = Node.objects.all() if node_ids is None else Node.objects.filter(pk__in=set(node_ids))
@@ -77,4 +85,4 @@ def rebuild(node_ids: Iterable[int] | None = None) -> None:
         if not drivers[node_id]:
             engines = [e for e in engines if not _nvidia_only(e)]
         desired = {"engines": engines, "shards": [shard_spec(s, holdings) for s in mine]}
-        Node.objects.filter(pk=node_id).update(desired=desired)
+        Node.objects.filter(pk=node_id).update(desired=desired, desired_digest=digest(desired))

@@ -31,7 +31,7 @@ import aiohttp
 import msgspec
 from llmgw_agent.collectors.registry import Roots
 from llmgw_agent.protocol import SCHEMA
-from llmgw_agent.protocol.build import heartbeat_payload
+from llmgw_agent.protocol.build import build_heartbeat, heartbeat_payload
 from llmgw_agent.protocol.messages import Join
 from llmgw_agent.protocol.stream import Command, Result
 from llmgw_agent.stream import STREAM, Handler
@@ -114,6 +114,9 @@ class Member:
     url: int = 0
     registered: bool = False
     beats: int = 0
+    # Sent back with each heartbeat, as an agent does: the answer then
+    # carries the desired state only when it changed.
+    desired_digest: str | None = None
 
 
 class Swarm:
@@ -231,6 +234,7 @@ class Swarm:
             return
         if "desired" in answer:
             sim.desired = answer["desired"]
+            member.desired_digest = answer.get("desired_digest")
         if answer.get("register"):
             member.registered = False
 
@@ -242,9 +246,10 @@ class Swarm:
         biggest cost of a fleet of thousands, and the server checks every
         one regardless."""
         member.beats += 1
+        sim, digest = member.sim, member.desired_digest
         if member.beats % CHECK_EVERY == 1:
-            return _encode(member.sim.heartbeat())
-        return _encode(heartbeat_payload(member.sim.name, **member.sim.parts()))
+            return _encode(build_heartbeat(sim.name, desired_digest=digest, **sim.parts()))
+        return _encode(heartbeat_payload(sim.name, desired_digest=digest, **sim.parts()))
 
     async def _post(self, member: Member, path: str, body: bytes) -> dict[str, Any]:
         """POST to the web process this node uses, and on to the next ones

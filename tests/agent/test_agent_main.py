@@ -96,3 +96,39 @@ def test_loop_survives_an_outage(control_plane: ControlPlane, tmp_path: Path) ->
     assert not thread.is_alive()
     assert len(control_plane.ok(REGISTER)) == 1
     assert len(control_plane.ok(HEARTBEAT)) >= 2
+
+
+def test_loop_sends_back_the_desired_digest_and_keeps_what_it_took(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "credential").write_text("n1.secret\n")
+    shard = {
+        "id": "r7-0", "replica": 7, "rank": 0, "model": "tiny", "engine": "llama.cpp",
+        "engine_version": "b1", "model_path": None, "source": None, "args": [],
+        "threads": 1, "gpus": [], "env": {}, "generation": 1,
+    }  # fmt: skip
+    digest = "ab" * 32
+    control_plane.script[HEARTBEAT] = [
+        {"state": "Ready", "register": False, "desired_digest": digest,
+         "desired": {"engines": [], "shards": [shard]}},
+    ]  # fmt: skip
+    # After that, answers without the desired state: it is unchanged.
+    control_plane.default = {"state": "Ready", "register": False, "desired_digest": digest}
+    config = replace(_config(tmp_path, control_plane.url), heartbeat_interval_s=0.05)
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=run, kwargs={"config": config, "roots": host_roots(), "stop": stop}
+    )
+    thread.start()
+    deadline = time.monotonic() + 20
+    while len(control_plane.ok(HEARTBEAT)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    thread.join(timeout=10)
+    beats = [r.body for r in control_plane.ok(HEARTBEAT)]
+    assert len(beats) >= 4
+    assert "desired_digest" not in beats[0]  # just started: holds nothing
+    assert all(beat["desired_digest"] == digest for beat in beats[1:])
+    # Answers without `desired` leave the shard wanted: it is still reported.
+    assert [s["id"] for s in beats[-1]["shards"]] == ["r7-0"]

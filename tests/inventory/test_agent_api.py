@@ -7,6 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from llmgw.inventory.models import AuditEvent, Filesystem, ModelHolding, Node
+from llmgw.serving import desired
 from tests.payloads import heartbeat, registration
 
 
@@ -35,6 +36,7 @@ def test_register_then_heartbeat_stores_the_node(make_node, agent_client):
         "state": "Ready",
         "register": False,
         "desired": {"engines": [], "shards": []},
+        "desired_digest": desired.digest({"engines": [], "shards": []}),
     }
     node.refresh_from_db()
     assert node.memory_total_bytes == 1623497637888
@@ -201,6 +203,7 @@ def test_only_the_heartbeat_commits_without_waiting_for_the_disk(make_node, agen
         "state": "Ready",
         "register": False,
         "desired": {"engines": [], "shards": []},
+        "desired_digest": desired.digest({"engines": [], "shards": []}),
     }
     [only] = queries.captured_queries
     assert "set_config('synchronous_commit', 'off', true)" in only["sql"]

@@ -14,6 +14,7 @@ from llmgw.inventory import services
 from llmgw.inventory.api.heartbeat_asgi import PATH, heartbeats_first
 from llmgw.inventory.coalesce import Coalescer
 from llmgw.inventory.models import Node
+from llmgw.serving import desired
 from tests.payloads import heartbeat, registration
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -84,6 +85,7 @@ def test_a_valid_heartbeat_is_stored_and_answered_without_django(gpu1):
         "state": "Ready",
         "register": False,
         "desired": {"engines": [], "shards": []},
+        "desired_digest": desired.digest({"engines": [], "shards": []}),
     }
     node = Node.objects.get(name="gpu-1")
     assert node.last_heartbeat_at is not None and node.cpu_utilization_percent == 12.5

@@ -82,12 +82,20 @@ def build_heartbeat(
     engines: Mapping[str, Any] | None = None,
     shards: Sequence[Mapping[str, Any]] | None = None,
     sent_at: datetime | None = None,
+    desired_digest: str | None = None,
 ) -> Heartbeat:
     """A heartbeat. A part missing from `data` stays absent (unknown to the server).
     `engines` is the engine manager's report (engines, engines_probed, warnings);
-    `shards` the supervisor's; both absent when not given."""
+    `shards` the supervisor's; both absent when not given. `desired_digest`:
+    the digest of the desired state last taken, absent when none was."""
     payload = heartbeat_payload(
-        node, data=data, collectors=collectors, engines=engines, shards=shards, sent_at=sent_at
+        node,
+        data=data,
+        collectors=collectors,
+        engines=engines,
+        shards=shards,
+        sent_at=sent_at,
+        desired_digest=desired_digest,
     )
     return msgspec.convert(payload, Heartbeat)
 
@@ -100,6 +108,7 @@ def heartbeat_payload(
     engines: Mapping[str, Any] | None = None,
     shards: Sequence[Mapping[str, Any]] | None = None,
     sent_at: datetime | None = None,
+    desired_digest: str | None = None,
 ) -> dict[str, Any]:
     """What build_heartbeat checks and returns, as plain data, unchecked: for
     a sender of thousands of heartbeats a second (the simulator) that checks
@@ -111,4 +120,6 @@ def heartbeat_payload(
     payload.update(engines or {})
     if shards is not None:
         payload["shards"] = list(shards)
+    if desired_digest:
+        payload["desired_digest"] = desired_digest
     return payload

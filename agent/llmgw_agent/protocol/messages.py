@@ -162,6 +162,10 @@ class Heartbeat(Message, kw_only=True):
     subnet_managers: Annotated[list[ManagerListing], Meta(max_length=256)] | UnsetType = UNSET
     notices: Annotated[list[Text2000], Meta(max_length=32)] | UnsetType = UNSET
     warnings: Annotated[list[Text2000], Meta(max_length=32)] | UnsetType = UNSET
+    # The digest of the desired state the agent holds, as the answer that
+    # carried it said; absent (an agent just started, or an older one): the
+    # answer carries the desired state in full.
+    desired_digest: Text64 | UnsetType = UNSET
 
     def __post_init__(self) -> None:
         if self.filesystems and len({fs.mount for fs in self.filesystems}) != len(self.filesystems):
@@ -184,8 +188,12 @@ class Answer(msgspec.Struct, kw_only=True):
     state: str
     # True: the control plane lost the registration; send it again.
     register: bool = False
-    # None from a control plane too old to say: keep converging on what was.
+    # None when unchanged since the digest the heartbeat sent, or from a
+    # control plane too old to say: keep converging on what was.
     desired: Desired | None = None
+    # The digest of the node's desired state: sent back in each heartbeat,
+    # so the next answer carries `desired` only when it changed.
+    desired_digest: str | None = None
 
 
 class Joined(msgspec.Struct, kw_only=True):
