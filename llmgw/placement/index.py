@@ -6,6 +6,7 @@ every node. Pure, like the scheduler that keeps it up to date."""
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Collection
 
 from . import power
 from .checks import NodeState, Replicas, pick_gpus
@@ -115,6 +116,20 @@ BASE: Tier = (0, 0, True)
 def tier_of(replicas: Replicas, n: NodeState, model: str) -> Tier:
     mine, rack = replicas.of(n, model)
     return mine, rack, model not in n.view.holds_weights
+
+
+def rising(
+    replicas: Replicas, nodes: list[NodeState], near: list[tuple[int, int]], model: str
+) -> list[tuple[NodeState, Tier, Tier]]:
+    """Each neighbour's tier before one more of the model's replicas on a
+    node, and after: its score rises by the weights of the domains the two
+    share (checks.neighbours), which needs no counting."""
+    out = []
+    for o, rise in near:
+        n = nodes[o]
+        t = tier_of(replicas, n, model)
+        out.append((n, t, (t[0], t[1] + rise, t[2])))
+    return out
 
 
 class Spread:
@@ -227,12 +242,16 @@ class Eligible:
                 spread.add(tier, o, shape)
         return spread
 
-    def copy(self) -> Eligible:
+    def copy(self, spreads: Collection[str] | None = None) -> Eligible:
+        """Only these models' spreads, where named: the rest are built again
+        on their next decision."""
         other = Eligible.__new__(Eligible)
         other.gpu_class, other.ok, other.ordered = self.gpu_class, self.ok, self.ordered
         other.grid = self.grid.copy()
         other.holders = {m: g.copy() for m, g in self.holders.items()}
-        other.spread = {m: s.copy() for m, s in self.spread.items()}
+        other.spread = {
+            m: s.copy() for m, s in self.spread.items() if spreads is None or m in spreads
+        }
         return other
 
 

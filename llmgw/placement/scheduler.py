@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import weakref
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
 from functools import partial
 
 from . import multinode, power, refusals, reindex
 from .checks import NodeState, Replicas, fabric_adapters, neighbours, static_refusal
-from .index import Eligible, StaticKey, fit, static_key, tier_of
+from .index import Eligible, StaticKey, fit, rising, static_key, tier_of
 from .types import (
     Decision,
     Explanation,
@@ -114,9 +114,10 @@ class Inventory:
         """The capped domains as this copy counts their draw, decisions applied."""
         return list(self._power.values())
 
-    def copy(self) -> Inventory:
+    def copy(self, spreads: Collection[str] | None = None) -> Inventory:
         """Nodes are shared until a decision is applied to one (_own): a dry
-        run copies a fleet of thousands and changes a handful of them."""
+        run copies a fleet of thousands and changes a handful of them. With
+        spreads, only those models' spreads come along (see keep_spreads)."""
         other = Inventory.__new__(Inventory)
         other._nodes = list(self._nodes)
         other._by_name = dict(self._by_name)
@@ -127,13 +128,16 @@ class Inventory:
         for n in self._nodes:
             if n.power:
                 other._own(n.view.name).power = [other._power[d.key] for d in n.power]
-        other._holders = self._holders
-        other._members = self._members
-        other._rises = self._rises
-        other._kinds = self._kinds
-        other._eligible_by_key = {k: e.copy() for k, e in self._eligible_by_key.items()}
+        other._holders, other._members = self._holders, self._members
+        other._rises, other._kinds = self._rises, self._kinds
+        other._eligible_by_key = {k: e.copy(spreads) for k, e in self._eligible_by_key.items()}
         other._pending = weakref.WeakSet()
         return other
+
+    def keep_spreads(self, models: Collection[str]) -> None:
+        """Keep only these models' spreads current; a decision builds another again."""
+        for e in self._eligible_by_key.values():
+            e.spread = {m: s for m, s in e.spread.items() if m in models}
 
     def _own(self, name: str) -> NodeState:
         n = self._by_name[name]
@@ -384,15 +388,11 @@ class Inventory:
             n.used = True
             if n.power:
                 power.apply(n, shard.power_w)
-            # One more of the model's replicas on the node and in its domains:
-            # each neighbour's score rises by the weights of the ones it shares.
-            replicas, nodes = self._replicas, self._nodes
+            # One more of the model's replicas on the node and in its domains.
+            replicas = self._replicas
             spreading = any(model in e.spread for e in self._eligible_by_key.values())
-            others = [
-                (nodes[o], t, (t[0], t[1] + rise, t[2]))
-                for o, rise in (neighbours(n, self._members, self._rises) if spreading else ())
-                for t in (tier_of(replicas, nodes[o], model),)
-            ]
+            near = neighbours(n, self._members, self._rises) if spreading else []
+            others = rising(replicas, self._nodes, near, model)
             was = tier_of(replicas, n, model)
             replicas.add(model, n)
             now = tier_of(replicas, n, model)

@@ -283,19 +283,21 @@ def fail(fleet: Fleet, domain: str, *, explain: bool = True) -> Outcome:
     for lost in outcome.lost:
         by_model[lost.replica.model].append(lost)
     inv = fleet.base()
-    # The failed nodes go with the first model's release, in one copy.
+    # The failed nodes go with the first model's release, in one copy. Only
+    # the models still to place need their spreads kept current on it.
     touched = set(nodes)
+    ahead = set(by_model)
     for model, losses in by_model.items():
         decisions = [lost.replica.decision for lost in losses]
         touched |= {s.node for d in decisions for s in d.shards}
         freed = released([views.get(n) or by_name[n] for n in sorted(touched)], decisions)
         views.update((v.name, v) for v in freed)
         if inv is fleet.base():
-            inv = inv.replaced(freed)
-        else:
-            inv.replace(freed)
+            inv = inv.copy(ahead)
+        inv.replace(freed)
         touched = set()
-        _replace_model(fleet, inv, views, model, losses, explain)
+        ahead.discard(model)
+        _replace_model(fleet, inv, views, model, losses, explain, ahead)
     outcome.inventory = inv
     return outcome
 
@@ -307,6 +309,7 @@ def _replace_model(
     model: str,
     losses: list[Lost],
     explain: bool,
+    ahead: set[str],
 ) -> None:
     profiles = fleet.profiles.get(model, ())
     by_name = fleet.by_name()
@@ -318,6 +321,10 @@ def _replace_model(
             # Nothing changes before its next one is tried: refused too, as
             # the reconciler stops a model at its first refusal.
             return
+        if lost is losses[-1]:
+            # The model is not placed again on this copy: its spread is not
+            # read again, so keeping it current would be wasted.
+            inv.keep_spreads(ahead)
         inv.apply(lost.decision)
         mine = [views.get(n) or by_name[n] for n in lost.decision.nodes]
         views.update((v.name, v) for v in apply_to_views(mine, lost.decision))
