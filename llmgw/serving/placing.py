@@ -20,7 +20,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from llmgw.catalog.models import Model
+from llmgw.catalog.models import Model, Profile
 from llmgw.inventory.models import Node
 from llmgw.placement import services as placement
 from llmgw.placement.explaining import lines
@@ -46,11 +46,14 @@ def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
     under the lock (warm.py); the explanation is judged when read, not
     here: at 5,000 nodes it cost as much as the rest of a placement."""
     with warm.FLEET.lock, transaction.atomic():
+        # The catalog is read before the lock: only claims need it.
+        model, stored = _catalog(model_name)
+        profiles = [profile_view(p) for p in stored]
         _lock()
-        model = placement.load_model(model_name)
-        profiles = [profile_view(p) for p in model.profiles.all()]
-        inventory = warm.FLEET.current()
-        generation = warm.FLEET.generation
+        # Our transaction's id, assigned by the look, names the log rows
+        # this placement writes: the warm fleet skips them once committed.
+        inventory = warm.FLEET.current(writing=True)
+        generation, xid = warm.FLEET.generation, warm.FLEET.own_xid
         decision, attempts = placement.decide_on(inventory, model.name, profiles)
         data = placement.record_data(model.name, decision, attempts)
         result = Placement(
@@ -61,14 +64,24 @@ def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
         if decision is None:
             _record(model, None, data)
             return None, result
-        replica = _store(model, decision, data)
-        rows = warm.FLEET.own_rows()
-        transaction.on_commit(partial(warm.FLEET.committed, decision, rows, generation))
+        replica = _store(model, stored, decision, data)
+        transaction.on_commit(partial(warm.FLEET.committed, decision, xid, generation))
         return replica, result
 
 
-def _store(model: Model, decision: Decision, data: dict[str, Any]) -> Replica:
-    profiles = {p.name: p for p in model.profiles.all()}
+def _catalog(model_name: str) -> tuple[Model, list[Profile]]:
+    """The model and its profiles in one query (two for a model without
+    profiles, which places nothing)."""
+    stored = list(Profile.objects.filter(model__name=model_name).select_related("model"))
+    if not stored:
+        return placement.load_model(model_name), []
+    return stored[0].model, stored
+
+
+def _store(
+    model: Model, stored: list[Profile], decision: Decision, data: dict[str, Any]
+) -> Replica:
+    profiles = {p.name: p for p in stored}
     replica = Replica.objects.create(
         model=model,
         profile=profiles[decision.profile],
@@ -82,17 +95,22 @@ def _store(model: Model, decision: Decision, data: dict[str, Any]) -> Replica:
     nodes = {n: known[n] for n in decision.nodes if n in known}
     if len(nodes) < len(decision.nodes):
         nodes = dict(Node.objects.filter(name__in=decision.nodes).values_list("name", "pk"))
-    for rank, s in enumerate(decision.shards):
-        shard = Shard.objects.create(
+    # One INSERT for the shards and one for all their claims.
+    shards = Shard.objects.bulk_create(
+        Shard(
             replica=replica,
             node_id=nodes[s.node],
             rank=rank,
             gpu_indices=list(s.gpu_indices),
             adapters=list(s.adapters),
         )
-        GpuClaim.objects.bulk_create(
-            GpuClaim(shard=shard, node_id=nodes[s.node], index=i) for i in s.gpu_indices
-        )
+        for rank, s in enumerate(decision.shards)
+    )
+    GpuClaim.objects.bulk_create(
+        GpuClaim(shard=shard, node_id=shard.node_id, index=i)
+        for shard, s in zip(shards, decision.shards, strict=True)
+        for i in s.gpu_indices
+    )
     desired.rebuild(nodes.values())
     return replica
 

@@ -55,8 +55,11 @@ from llmgw.placement.types import READY, Decision, NodeView
 # The rows whose transactions had not committed when we last looked (at
 # or above that snapshot's xmax, or in progress then), and this
 # transaction's own: its rows read the same before and after it writes.
+# A look made to write (placing) assigns this transaction its id, so the
+# log rows it goes on to write are known by it without reading them back.
 CHANGES = """
-SELECT pg_current_snapshot()::text, pg_current_xact_id_if_assigned()::text,
+SELECT pg_current_snapshot()::text,
+       (CASE WHEN %s THEN pg_current_xact_id() ELSE pg_current_xact_id_if_assigned() END)::text,
        c.id, c.node_id, c.xid::text
 FROM (SELECT 1) AS one
 LEFT JOIN serving_nodechange c
@@ -102,8 +105,13 @@ class WarmFleet:
         self.xmax = "0"
         self.xip: list[str] = []
         # Log rows already read that a look can return again (this
-        # transaction's own, our committed decisions'), by id -> transaction.
+        # transaction's own), by id -> transaction.
         self.seen: dict[int, str] = {}
+        # The transactions of our committed decisions, applied in memory:
+        # their rows come back at the next look, and are skipped then.
+        self.skip: set[str] = set()
+        # This transaction's id, when the last look was made to write.
+        self.own_xid: str | None = None
         # (deadline, node) for each node Ready by its last heartbeat.
         self.deadlines: list[tuple[datetime, int]] = []
         self.deadline_of: dict[int, datetime] = {}
@@ -127,8 +135,10 @@ class WarmFleet:
 
     # -- reading -------------------------------------------------------------
 
-    def current(self) -> Inventory:
-        """The index as the database has it now; the caller holds `lock`."""
+    def current(self, writing: bool = False) -> Inventory:
+        """The index as the database has it now; the caller holds `lock`.
+        `writing`: the caller's transaction goes on to write what it
+        decides (own_xid is then its id)."""
         if connection.vendor != "postgresql":
             return Inventory(node_views())
         now = time.monotonic()
@@ -142,9 +152,9 @@ class WarmFleet:
         self.looked_at = now
         self.generation += 1
         if self.inventory is None:
-            self._start()
+            self._start(writing)
             return self._inventory()
-        changed, everything = self._changes()
+        changed, everything = self._changes(writing)
         if everything:
             self._load_all()
         elif changed:
@@ -173,37 +183,37 @@ class WarmFleet:
             return [v for v in node_views() if v.name in wanted]
         return [self.views[self.pk_by_name[n]] for n in names if n in self.pk_by_name]
 
-    def _start(self) -> None:
+    def _start(self, writing: bool) -> None:
+        assign = "pg_current_xact_id()" if writing else "pg_current_xact_id_if_assigned()"
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_current_snapshot()::text, pg_current_xact_id_if_assigned()::text"
-            )
+            cursor.execute(f"SELECT pg_current_snapshot()::text, {assign}::text")
             self._snapshot(*cursor.fetchone())
-        self.seen = {}
+        self.seen, self.skip = {}, set()
         self._load_all()
 
     def _snapshot(self, text: str, own: str | None) -> None:
         _, self.xmax, xip = text.split(":")
         self.xip = xip.split(",") if xip else []
+        self.own_xid = own
         # A look from inside a transaction that has written (placing by
         # hand locks the model first) sees that transaction as done; the
         # next look, from another, must still read what it commits later.
         if own is not None:
             self.xip.append(own)
 
-    def _changes(self) -> tuple[set[int], bool]:
+    def _changes(self, writing: bool) -> tuple[set[int], bool]:
         with connection.cursor() as cursor:
-            cursor.execute(CHANGES, [self.xmax, self.xip])
+            cursor.execute(CHANGES, [writing, self.xmax, self.xip])
             rows = cursor.fetchall()
         snapshot, own = rows[0][0], rows[0][1]
         changed: set[int] = set()
         everything = False
         returned: set[int] = set()
-        for _, _, row_id, node_id, _ in rows:
+        for _, _, row_id, node_id, xid in rows:
             if row_id is None:
                 continue
             returned.add(row_id)
-            if row_id in self.seen:
+            if row_id in self.seen or xid in self.skip:
                 continue
             if node_id is None:
                 everything = True
@@ -215,6 +225,8 @@ class WarmFleet:
             **{r[2]: r[4] for r in rows if r[2] is not None and r[4] == own},
             **{i: x for i, x in self.seen.items() if i not in returned},
         }
+        # Committed before this look's snapshot: never returned again.
+        self.skip = set()
         self._snapshot(snapshot, own)
         changed |= self._lapsed()
         if self.capped and time.monotonic() - self.power_read_at > POWER_EVERY_S:
@@ -320,20 +332,10 @@ class WarmFleet:
 
     # -- our own decisions ---------------------------------------------------
 
-    def own_rows(self) -> dict[int, str]:
-        """The log rows this transaction wrote so far, by id (call it last
-        thing before commit, inside the transaction)."""
-        if connection.vendor != "postgresql":
-            return {}
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT id, xid::text FROM serving_nodechange WHERE xid = pg_current_xact_id()"
-            )
-            return {r[0]: r[1] for r in cursor.fetchall()}
-
-    def committed(self, decision: Decision, rows: dict[int, str], generation: int) -> None:
+    def committed(self, decision: Decision, xid: str | None, generation: int) -> None:
         """Our decision committed: apply it to the index it was made on and
-        skip the log rows it wrote. If the index was looked at since the
+        skip the log rows its transaction `xid` wrote (current(writing=True)
+        named it). If the index was looked at since the
         decision (`generation` moved: another thread of this process), it
         is left alone and reads those rows like any other change."""
         with self.lock:
@@ -343,7 +345,8 @@ class WarmFleet:
                 return
             self.inventory.apply(decision)
             self.dirty.update(self.pk_by_name[s.node] for s in decision.shards)
-            self.seen.update(rows)
+            if xid is not None:
+                self.skip.add(xid)
 
 
 FLEET = WarmFleet()
