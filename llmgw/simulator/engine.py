@@ -88,7 +88,14 @@ class Endpoint:
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await self.stop()
+            raise SystemExit(
+                f"--serve-host/--serve-port: cannot listen on {self.host}:{self.port}: "
+                f"{exc.strerror or exc}"
+            ) from None
         # Port 0 asked the kernel for one: the reports must name the one it gave.
         self.port = int(self._runner.addresses[0][1])
         self.url = url_for(advertised_host(self.host, self.advertise), self.port)

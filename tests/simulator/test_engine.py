@@ -5,6 +5,7 @@ no model ran. Over real HTTP, with the official openai client."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import httpx
@@ -156,3 +157,8 @@ def test_a_bad_request_is_refused_naming_what_is_wrong(served: Endpoint) -> None
     nameless = httpx.post(url, json={"messages": []})
     assert nameless.status_code == 400
     assert nameless.json()["error"]["message"] == "model: a model name is required"
+
+
+def test_a_port_already_taken_is_refused_naming_the_option(served: Endpoint) -> None:
+    with pytest.raises(SystemExit, match=f"--serve-port: cannot listen on 127.0.0.1:{served.port}"):
+        asyncio.run(Endpoint(port=served.port).start())
