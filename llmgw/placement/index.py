@@ -45,7 +45,7 @@ class Grid:
 
     def copy(self) -> Grid:
         other = Grid()
-        other.cells = [[list(cell) for cell in row] for row in self.cells]
+        other.cells = [list(map(list, row)) for row in self.cells]
         other.sizes = list(self.sizes)
         return other
 

@@ -125,7 +125,7 @@ class Inventory:
         self._owned, other._owned = set(), set()
         other._replicas = self._replicas.copy()
         other._power = {k: d.copy() for k, d in self._power.items()}
-        for n in self._nodes:
+        for n in self._nodes if self._power else ():
             if n.power:
                 other._own(n.view.name).power = [other._power[d.key] for d in n.power]
         other._holders, other._members = self._holders, self._members
