@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
+from django.db.models import Count, Max
+
 from llmgw.fabrics.models import ManagerObservation, MasterChange, PhysicalFabric, SubnetManager
 from llmgw.inventory.models import Node
 
@@ -63,21 +65,28 @@ def record(
     fabrics = {o.fabric_id for o in mine.values()} | {s.fabric.pk for s in seen.values()}
     if listed:
         ManagerObservation.objects.filter(node=node).exclude(guid__in=list(seen)).delete()
-    for guid, s in seen.items():
-        if not listed and guid in mine:
-            continue  # the listing's word on it stands until the next listing
-        ManagerObservation.objects.update_or_create(
-            node=node,
-            guid=guid,
-            defaults={
-                "fabric": s.fabric,
-                "lid": s.lid,
-                "priority": s.priority,
-                "state": s.state,
-                "master": False,
-                "seen_at": now,
-            },
-        )
+    # One statement for all of them: a node joining lists a manager or
+    # two per fabric, and thousands join at once.
+    ManagerObservation.objects.bulk_create(
+        [
+            ManagerObservation(
+                node=node,
+                guid=guid,
+                fabric=s.fabric,
+                lid=s.lid,
+                priority=s.priority,
+                state=s.state,
+                master=False,
+                seen_at=now,
+            )
+            for guid, s in seen.items()
+            # Without a listing, its word on a known manager stands until the next one.
+            if listed or guid not in mine
+        ],
+        update_conflicts=True,
+        unique_fields=["node", "guid"],
+        update_fields=["fabric", "lid", "priority", "state", "master", "seen_at"],
+    )
     for fabric_id, guid in claims.items():
         observed = ManagerObservation.objects.filter(node=node, fabric_id=fabric_id)
         observed.exclude(guid=guid).update(master=False)
@@ -89,9 +98,15 @@ def record(
 
 
 def derive_manager(guid: str) -> None:
+    """The fabric's record of one manager, from every node's observation of
+    it. Counted by the database: each of a fabric's thousands of nodes
+    observes its managers, and a node joining must not read them all."""
     row = SubnetManager.objects.filter(guid=guid).first()
-    observations = list(ManagerObservation.objects.filter(guid=guid).order_by("-seen_at"))
-    if not observations:
+    of_guid = ManagerObservation.objects.filter(guid=guid)
+    by_fabric = list(
+        of_guid.order_by().values("fabric_id").annotate(n=Count("id"), last=Max("seen_at"))
+    )
+    if not by_fabric:
         # Kept, not deleted: the GUID carries the fabric's name through a
         # failover. Marked: it is no standby anyone can fail over to.
         if row is not None and row.state != GONE:
@@ -99,20 +114,32 @@ def derive_manager(guid: str) -> None:
             row.save(update_fields=["state"])
         return
     fabric_id = vote(
-        Counter(o.fabric_id for o in observations), row.fabric_id if row is not None else None
+        Counter({f["fabric_id"]: f["n"] for f in by_fabric}),
+        row.fabric_id if row is not None else None,
     )
-    by_node = {o.node_id: o for o in observations if o.fabric_id == fabric_id}
-    voters = set(
-        ManagerObservation.objects.filter(fabric_id=fabric_id).values_list("node_id", flat=True)
+    mine = of_guid.filter(fabric_id=fabric_id)
+    # One observation per node and GUID (a constraint): a state per node.
+    states = Counter(
+        {s["state"]: s["n"] for s in mine.order_by().values("state").annotate(n=Count("id"))}
     )
-    states = Counter(by_node[n].state if n in by_node else GONE for n in voters)
+    voters = (
+        ManagerObservation.objects.filter(fabric_id=fabric_id)
+        .order_by()
+        .values("node_id")
+        .distinct()
+        .count()
+    )
+    # A node observing the fabric but not this manager says it is GONE.
+    if voters > states.total():
+        states[GONE] += voters - states.total()
     state = vote(states, row.state if row is not None else None, fallback=GONE)
     if state == GONE:
         if row is not None and (row.state, row.fabric_id) != (GONE, fabric_id):
             row.state, row.fabric_id = GONE, fabric_id
             row.save(update_fields=["state", "fabric"])
         return  # never made up from one node's word: no row for it
-    latest = next(o for o in by_node.values() if o.state == state)
+    latest = mine.filter(state=state).order_by("-seen_at").first()
+    assert latest is not None
     SubnetManager.objects.update_or_create(
         guid=guid,
         defaults={
@@ -120,15 +147,14 @@ def derive_manager(guid: str) -> None:
             "lid": latest.lid,
             "priority": latest.priority,
             "state": state,
-            "last_seen": max(o.seen_at for o in observations),
+            "last_seen": max(f["last"] for f in by_fabric),
         },
     )
 
 
 def derive_master(fabric: PhysicalFabric, reported_by: str, now: datetime) -> None:
-    claims = Counter(
-        ManagerObservation.objects.filter(fabric=fabric, master=True).values_list("guid", flat=True)
-    )
+    said = ManagerObservation.objects.filter(fabric=fabric, master=True).order_by()
+    claims = Counter({c["guid"]: c["n"] for c in said.values("guid").annotate(n=Count("id"))})
     if not claims:
         return
     guid = vote(claims, fabric.master_guid or None)

@@ -141,41 +141,67 @@ class Observer:
         return claims
 
 
-def observe(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
-    """Store a node's ports and managers; returns node fields to update."""
-    observer = Observer(node, now)
-    for entry in data.get("subnet_managers") or []:
-        observer.listing(entry)
-    seen = []
-    for p in data.get("ports") or []:
+def _port_fields(p: dict[str, Any], now: datetime) -> dict[str, Any]:
+    return {
+        "link_layer": p.get("link_layer") or "",
+        "state": p.get("state") or "",
+        "phys_state": p.get("phys_state") or "",
+        "rate_gbps": p.get("rate_gbps"),
+        "rate_text": p.get("rate_text") or "",
+        "node_guid": p.get("node_guid") or "",
+        "port_guid": p.get("port_guid") or "",
+        "declared_fabric": p.get("fabric") or "",
+        "sm_guid": _guid((p.get("sm") or {}).get("guid")),
+        "roce_network": p.get("roce_network") or "",
+        "updated_at": now,
+    }
+
+
+def _store_ports(
+    node: Node, observer: Observer, ports: list[dict[str, Any]], now: datetime
+) -> None:
+    """The node's Port rows as this report has them, a statement per table
+    rather than per port: a node joining with 8 adapters cost 30 queries."""
+    existing = {(row.device, row.port): row for row in Port.objects.filter(node=node)}
+    fresh: dict[tuple[str, int], Port] = {}
+    changed: dict[tuple[str, int], Port] = {}
+    for p in ports:
         fabric = observer.port_fabric(p)
-        fields: dict[str, Any] = {
-            "link_layer": p.get("link_layer") or "",
-            "state": p.get("state") or "",
-            "phys_state": p.get("phys_state") or "",
-            "rate_gbps": p.get("rate_gbps"),
-            "rate_text": p.get("rate_text") or "",
-            "node_guid": p.get("node_guid") or "",
-            "port_guid": p.get("port_guid") or "",
-            "declared_fabric": p.get("fabric") or "",
-            "sm_guid": _guid((p.get("sm") or {}).get("guid")),
-            "roce_network": p.get("roce_network") or "",
-            "updated_at": now,
-        }
+        fields = _port_fields(p, now)
         # A port that went down stays on the fabric it was last seen on (its
         # cable did not move), so the fabric counts it as down instead of
         # losing it and its node. Placement and the sweep only ever use
         # ports that are up; one up with no subnet manager is kept apart.
         if fabric is not None or is_active(p):
             fields["physical_fabric"] = fabric
-        row, _ = Port.objects.update_or_create(
-            node=node, device=p["device"], port=p["port"], defaults=fields
-        )
-        seen.append(row.pk)
-    Port.objects.filter(node=node).exclude(pk__in=seen).delete()
+        key = (p["device"], p["port"])
+        row = existing.get(key)
+        if row is None:
+            fresh[key] = Port(node=node, device=key[0], port=key[1], **fields)
+            continue
+        for name, value in fields.items():
+            setattr(row, name, value)
+        changed[key] = row
+    gone = [row.pk for key, row in existing.items() if key not in changed]
+    if gone:
+        Port.objects.filter(pk__in=gone).delete()
+    if changed:
+        columns = [*_port_fields({}, now), "physical_fabric"]
+        Port.objects.bulk_update(list(changed.values()), columns)
+    if fresh:
+        Port.objects.bulk_create(fresh.values())
+
+
+def observe(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """Store a node's ports and managers; returns node fields to update."""
+    observer = Observer(node, now)
+    for entry in data.get("subnet_managers") or []:
+        observer.listing(entry)
+    _store_ports(node, observer, data.get("ports") or [], now)
     managers.record(node, observer.seen, observer.claims(), observer.listed, now)
-    for fabric in observer.fabrics.values():
-        PhysicalFabric.objects.filter(pk=fabric.pk).update(last_seen=now)
+    if observer.fabrics:
+        seen = [fabric.pk for fabric in observer.fabrics.values()]
+        PhysicalFabric.objects.filter(pk__in=seen).update(last_seen=now)
     events.publish("fabric_changed", node=node.name, fabric=None)
     if "fabrics_active" in data:
         active = sorted(set(data["fabrics_active"]))
