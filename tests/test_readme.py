@@ -233,6 +233,93 @@ def check_fabric_test(demo: Demo, out: str, claim: str) -> None:
     assert "simulated: these nodes are simulated and so are their numbers" in out, out
 
 
+QWEN, DEEPSEEK = "qwen2.5-7b-instruct", "deepseek-v3-671b"
+
+
+def live_replicas(demo: Demo, model: str) -> list[dict[str, Any]]:
+    body = demo.api(f"/api/v1/models/{model}/")
+    return [r for r in body["replicas"] if r["state"] not in ("failed", "lost")]
+
+
+def rack_of(replica: dict[str, Any]) -> str:
+    # location is "site/room/row/rack:pdu", "-" for a level not set.
+    return replica["nodes"][0]["location"].split(":")[0].split("/")[3]
+
+
+def check_scale_qwen(demo: Demo, out: str, claim: str) -> None:
+    # "three replicas, in three racks"
+    assert out.strip() == f"{QWEN}: always_running 3, under_load 3", out
+
+    def three() -> bool:
+        live = live_replicas(demo, QWEN)
+        return len(live) == 3 and all(r["state"] == "ready" for r in live)
+
+    _wait("three ready replicas of qwen", three, 180, demo.data / "log")
+    racks = sorted(rack_of(r) for r in live_replicas(demo, QWEN))
+    assert racks == ["r01", "r02", "r03"], racks
+
+
+def check_explain_power(demo: Demo, out: str, claim: str) -> None:
+    # "where each sits; PDU r01-pdu1 refused with its three numbers"
+    assert re.search(r"^  \S+ \(-/hall1/row\d+/r0\d:r0\d-pdu\d\): GPUs", out, re.M), out
+    assert re.search(
+        r"is in pdu r01-pdu1, which would reach [\d.]+ kW, needs at most its cap: pdu r01-pdu1: "
+        r"([\d.]+ kW|unknown) measured, ([\d.]+ kW|unknown) derived, (declared unknown|[\d.]+ kW "
+        r"declared), 8\.0 kW cap; this shard adds 0\.7 kW declared$",
+        out,
+        re.M,
+    ), out
+
+
+def check_hold(demo: Demo, out: str, claim: str) -> None:
+    # "its replicas move out one at a time": never below the held count, until none is left.
+    assert out.strip() == (
+        "rack=r01 held: PDU swap; nothing new is placed there, its replicas move out one at a time"
+    ), out
+
+    def drained() -> bool:
+        live = live_replicas(demo, QWEN)
+        assert sum(r["state"] == "ready" for r in live) >= 3 and len(live) <= 4, live
+        return (
+            demo.ok(".venv/bin/llmgw ctl facility").count("drained: nothing runs in rack r01") > 0
+        )
+
+    _wait("rack r01 drained", drained, 300, demo.data / "log")
+    assert all(rack_of(r) in ("r02", "r03") for r in live_replicas(demo, QWEN))
+
+
+def check_facility(demo: Demo, out: str, claim: str) -> None:
+    # "each domain's nodes, hold, cap and draw, and the drain's progress"
+    assert re.search(r"^rack=r01 .*draining: PDU swap", out, re.M), out
+    assert re.search(r"^pdu=r01-pdu1 .*8\.0 kW", out, re.M), out
+    assert "rack=r01: drained: nothing runs in rack r01" in out, out
+
+
+def check_release(demo: Demo, out: str, claim: str) -> None:
+    assert "rack=r01 released" in out, out
+
+
+def check_scale_deepseek(demo: Demo, out: str, claim: str) -> None:
+    # "one replica over four NVL72 trays"
+    assert out.strip() == f"{DEEPSEEK}: always_running 1, under_load 1", out
+    _wait(
+        "deepseek placed", lambda: len(live_replicas(demo, DEEPSEEK)) == 1, 120, demo.data / "log"
+    )
+    nodes = [n["node"] for n in live_replicas(demo, DEEPSEEK)[0]["nodes"]]
+    assert len(nodes) == 4 and all(n.startswith("sim-gb200-t") for n in nodes), nodes
+
+
+def check_sweep(demo: Demo, out: str, claim: str) -> None:
+    # "every rack and PDU failed in turn: those whose loss would leave a held model short"
+    first, *named = out.strip().splitlines()
+    assert re.match(
+        r"failed \d+ domains \(rack, pdu\) one at a time: [1-9]\d* would hurt", first
+    ), out
+    # Only the NVL72 rack runs deepseek: losing it leaves the model with none.
+    line = next((ln for ln in named if ln.startswith("rack=nvl72-a:")), "")
+    assert f"below always_running: {DEEPSEEK} 0/1" in line, out
+
+
 def check_cordon(demo: Demo, out: str, claim: str) -> None:
     node = demo.ok(".venv/bin/llmgw ctl node sim-h100-01")
     assert "XID 79 on GPU 3" in node, node
@@ -264,6 +351,15 @@ CHECKS: dict[str, Callable[[Demo, str, str], None]] = {
     ".venv/bin/llmgw ctl fabrics": check_fabrics,
     ".venv/bin/llmgw ctl nvlink": check_nvlink,
     ".venv/bin/llmgw ctl fabric-test sim-h100-01 sim-h100-04": check_fabric_test,
+    f".venv/bin/llmgw ctl model scale {QWEN} --always-running 3 --under-load 3": check_scale_qwen,
+    f".venv/bin/llmgw ctl explain {QWEN} --all": check_explain_power,
+    '.venv/bin/llmgw ctl facility hold rack=r01 --drain --reason "PDU swap"': check_hold,
+    ".venv/bin/llmgw ctl facility": check_facility,
+    ".venv/bin/llmgw ctl facility release rack=r01": check_release,
+    f".venv/bin/llmgw ctl model scale {DEEPSEEK} --always-running 1 --under-load 1": (
+        check_scale_deepseek
+    ),
+    ".venv/bin/llmgw ctl whatif sweep": check_sweep,
     '.venv/bin/llmgw ctl cordon sim-h100-01 --reason "XID 79 on GPU 3"': check_cordon,
     "(umask 077; llmgw node add gpu-a-01 > token)": check_node_add,
 }
