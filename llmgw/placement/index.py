@@ -142,32 +142,49 @@ class Spread:
     the few nodes that are not.
     """
 
-    __slots__ = ("tiers", "order")
+    __slots__ = ("tiers", "order", "owned")
 
     def __init__(self) -> None:
         self.tiers: dict[Tier, Grid] = {}
         # The tiers that hold a node, lowest first.
         self.order: list[Tier] = []
+        # The tiers whose grid no copy shares, which may change in place.
+        self.owned: set[Tier] = set()
 
     def copy(self) -> Spread:
+        """Grids are shared until one changes (grid): a what-if copy of the
+        fleet moves a few nodes of a few tiers."""
         other = Spread()
-        other.tiers = {t: g.copy() for t, g in self.tiers.items()}
+        other.tiers = dict(self.tiers)
         other.order = list(self.order)
+        # From here both sides share every grid: neither changes one in place.
+        self.owned = set()
         return other
 
+    def grid(self, tier: Tier) -> Grid:
+        """The tier's grid, to change: copied first if shared."""
+        grid = self.tiers[tier]
+        if tier not in self.owned:
+            grid = self.tiers[tier] = grid.copy()
+            self.owned.add(tier)
+        return grid
+
     def add(self, tier: Tier, ordinal: int, shape: tuple[int, int]) -> None:
-        grid = self.tiers.get(tier)
-        if grid is None:
+        if tier in self.tiers:
+            grid = self.grid(tier)
+        else:
             grid = self.tiers[tier] = Grid()
+            self.owned.add(tier)
             insort(self.order, tier)
         grid.add(ordinal, shape)
 
     def remove(self, tier: Tier, ordinal: int, shape: tuple[int, int]) -> None:
-        grid = self.tiers[tier]
+        grid = self.grid(tier)
         grid.remove(ordinal, shape)
         # Its rows are trimmed as they empty: none left is no node left.
         if not grid.sizes:
             del self.tiers[tier]
+            self.owned.discard(tier)
             self.order.remove(tier)
 
     def refile(
@@ -233,6 +250,7 @@ class Eligible:
         base = self.grid.copy()
         if base.sizes:
             spread.tiers[BASE], spread.order = base, [BASE]
+            spread.owned.add(BASE)
         for o in near & self.ok:
             n = nodes[o]
             tier = tier_of(replicas, n, model)

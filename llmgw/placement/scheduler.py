@@ -423,7 +423,7 @@ class Inventory:
                     if m == model:
                         spread.refile(n.ordinal, was, old, now, new)
                     elif new != old:
-                        spread.tiers[tier_of(replicas, n, m)].move(n.ordinal, old, new)
+                        spread.grid(tier_of(replicas, n, m)).move(n.ordinal, old, new)
 
     # -- explaining -------------------------------------------------------
 
