@@ -121,6 +121,15 @@ bench-ctl: venv-test services surfaces-db
 # The control plane as production runs it (2 web, 2 workers, private
 # PostgreSQL and Redis) at 1,000 then 5,000 simulated nodes: every figure
 # beside its target, and how it grew. BENCH_ARGS="--nodes 200" for a quick look.
+.PHONY: bench-simulate
+# A fleet of new nodes joining an empty database: time to steady state, the simulator's CPU.
+SIMULATE_DB ?= postgres://postgres@127.0.0.1:5432/llmgw_simulate
+bench-simulate: venv-test services
+	psql -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS llmgw_simulate WITH (FORCE)" >/dev/null
+	psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE llmgw_simulate" >/dev/null
+	DATABASE_URL=$(SIMULATE_DB) REDIS_URL=$(REDIS) $(BIN)/python manage.py migrate --noinput -v0
+	DATABASE_URL=$(SIMULATE_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/simulate.py $(BENCH_ARGS)
+
 .PHONY: bench-fleet
 bench-fleet: venv-test services
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/fleet.py $(BENCH_ARGS)
