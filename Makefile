@@ -118,9 +118,6 @@ bench-console: venv-test services surfaces-db
 bench-ctl: venv-test services surfaces-db
 	DATABASE_URL=$(SURFACES_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/ctl.py $(BENCH_ARGS)
 
-# The control plane as production runs it (2 web, 2 workers, private
-# PostgreSQL and Redis) at 1,000 then 5,000 simulated nodes: every figure
-# beside its target, and how it grew. BENCH_ARGS="--nodes 200" for a quick look.
 .PHONY: bench-simulate
 # A fleet of new nodes joining an empty database: time to steady state, the simulator's CPU.
 SIMULATE_DB ?= postgres://postgres@127.0.0.1:5432/llmgw_simulate
@@ -130,6 +127,9 @@ bench-simulate: venv-test services
 	DATABASE_URL=$(SIMULATE_DB) REDIS_URL=$(REDIS) $(BIN)/python manage.py migrate --noinput -v0
 	DATABASE_URL=$(SIMULATE_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/simulate.py $(BENCH_ARGS)
 
+# The control plane as production runs it (2 web, 2 workers, private
+# PostgreSQL and Redis) at 1,000 then 5,000 simulated nodes: every figure
+# beside its target, and how it grew. BENCH_ARGS="--nodes 200" for a quick look.
 .PHONY: bench-fleet
 bench-fleet: venv-test services
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/fleet.py $(BENCH_ARGS)
