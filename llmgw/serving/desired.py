@@ -90,6 +90,8 @@ def rebuild(node_ids: Iterable[int] | None = None) -> None:
         Shard.objects.filter(node_id__in=ids)
         .select_related("replica__profile", "replica__model")
         .annotate(model_path=Subquery(path))
+        # Sorted below: the models' ordering would join and sort in SQL.
+        .order_by()
     ):
         shards[shard.node_id].append(shard)
         if shard.model_path is not None:

@@ -26,7 +26,7 @@ from llmgw.placement import services as placement
 from llmgw.placement.explaining import lines
 from llmgw.placement.snapshot import profile_view
 from llmgw.placement.types import Decision, Explanation, Placement, Rejection
-from llmgw.serving import desired, warm
+from llmgw.serving import desired, storing, warm
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import GpuClaim, PlacementRecord, Replica, Shard
 
@@ -82,21 +82,19 @@ def _store(
     model: Model, stored: list[Profile], decision: Decision, data: dict[str, Any]
 ) -> Replica:
     profiles = {p.name: p for p in stored}
-    replica = Replica.objects.create(
+    replica = Replica(
         model=model,
         profile=profiles[decision.profile],
         fabric=decision.fabric or "",
         env=dict(decision.env),
         explanation=data,
     )
-    _record(model, replica, data)
     # The warm fleet knows each node's key; a node it does not is looked up.
     known = warm.FLEET.pk_by_name
     nodes = {n: known[n] for n in decision.nodes if n in known}
     if len(nodes) < len(decision.nodes):
         nodes = dict(Node.objects.filter(name__in=decision.nodes).values_list("name", "pk"))
-    # One INSERT for the shards and one for all their claims.
-    shards = Shard.objects.bulk_create(
+    shards = [
         Shard(
             replica=replica,
             node_id=nodes[s.node],
@@ -105,7 +103,15 @@ def _store(
             adapters=list(s.adapters),
         )
         for rank, s in enumerate(decision.shards)
-    )
+    ]
+    if connection.vendor == "postgresql":
+        storing.store(replica, shards, PlacementRecord(model=model, placed=True, explanation=data))
+        desired.rebuild(nodes.values())
+        return replica
+    replica.save()
+    _record(model, replica, data)
+    # One INSERT for the shards and one for all their claims.
+    shards = Shard.objects.bulk_create(shards)
     GpuClaim.objects.bulk_create(
         GpuClaim(shard=shard, node_id=shard.node_id, index=i)
         for shard, s in zip(shards, decision.shards, strict=True)

@@ -173,7 +173,7 @@ def test_a_replica_placed_by_hand_is_held_not_taken_back(node, api, django_asser
     # A cold warm fleet (each test starts with none): the fleet read whole,
     # the decision stored, and the answer's explanation judged after it,
     # the placed node read again.
-    with django_assert_num_queries(47):
+    with django_assert_num_queries(45):
         placed = api.post("/api/v1/models/tiny/place")
     assert placed.status_code == 201, placed.json()
     body = placed.json()
