@@ -139,6 +139,7 @@ class Swarm:
         self.connections = connections
         self.tick = tick
         self.stats = Stats()
+        self.joins = 0
         # The fabric test's commands block for their run: never on the loop.
         self.commands = ThreadPoolExecutor(4, thread_name_prefix="simulate-command")
         # Registrations are the heaviest request; a fleet starting at once
@@ -191,7 +192,9 @@ class Swarm:
         """The node's credential, for its one-time join token."""
         assert self.session is not None
         body = _encode(Join(schema=SCHEMA, node=name, token=token))
-        url = self.urls[0] + JOIN
+        # Spread over the web processes, as the nodes' heartbeats are.
+        self.joins += 1
+        url = self.urls[self.joins % len(self.urls)] + JOIN
         async with self.session.post(url, data=body, headers=_JSON) as response:
             answer = await response.json(content_type=None)
             if response.status != 200 or answer.get("node") != name:
