@@ -51,7 +51,6 @@ class NodeState:
         "named",
         "weighted",
         "alone",
-        "shapes",
         "declared_w",
         "measured_w",
         "power",
@@ -110,8 +109,6 @@ class NodeState:
             if value is not None
         )
         self.alone = sum(WEIGHT ** (last - k) for k, d in enumerate(self.domains) if d[1] is None)
-        # gpu_shape per class, until apply takes a card (it empties this).
-        self.shapes: dict[str, tuple[int, int]] = {}
         # Raised by the shards a dry run places here (power.apply).
         self.declared_w = view.declared_w
         self.measured_w = view.measured_w
@@ -125,13 +122,7 @@ class NodeState:
         return len(free) if free else 0
 
     def gpu_shape(self, gpu_class: str) -> tuple[int, int]:
-        shape = self.shapes.get(gpu_class)
-        if shape is None:
-            shape = self.shapes[gpu_class] = (
-                self.free_count(gpu_class),
-                self.largest_island(gpu_class),
-            )
-        return shape
+        return self.free_count(gpu_class), self.largest_island(gpu_class)
 
     def largest_island(self, gpu_class: str) -> int:
         """Free GPUs of the class in the best-provided NVLink island.

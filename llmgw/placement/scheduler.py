@@ -147,7 +147,6 @@ class Inventory:
         for slot in NodeState.__slots__:
             setattr(m, slot, getattr(n, slot))
         m.free = {cls: list(free) for cls, free in n.free.items()}
-        m.shapes = dict(n.shapes)
         self._nodes[n.ordinal] = self._by_name[name] = m
         self._owned.add(n.ordinal)
         return m
@@ -365,8 +364,6 @@ class Inventory:
         for shard in decision.shards:
             n = self._own(shard.node)
             before = {cls: n.gpu_shape(cls) for cls in n.free}
-            if shard.gpu_indices:
-                n.shapes = {}
             for index in shard.gpu_indices:
                 # An index is free in its own class's list or nowhere.
                 for free in n.free.values():
