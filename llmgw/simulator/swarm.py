@@ -146,17 +146,26 @@ class Swarm:
         # must not queue thousands of them ahead of everyone's heartbeats.
         self.registering = asyncio.Semaphore(16)
         self.session: aiohttp.ClientSession | None = None
+        # The command streams' own: each holds its connection for good, and
+        # in the pool above 256 of them left none for heartbeats.
+        self.stream_session: aiohttp.ClientSession | None = None
         self._answering: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> Swarm:
         connector = aiohttp.TCPConnector(limit=self.connections, ttl_dns_cache=None)
         timeout = aiohttp.ClientTimeout(total=30, sock_connect=10)
         self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+        if self.streams:
+            self.stream_session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self.session is not None:
-            await self.session.close()
+        for session in (self.session, self.stream_session):
+            if session is not None:
+                await session.close()
         self.commands.shutdown(wait=False, cancel_futures=True)
 
     async def run(self, seconds: float | None = None, once: bool = False) -> None:
@@ -281,7 +290,7 @@ class Swarm:
     # -- the command stream ----------------------------------------------
 
     async def _stream(self, member: Member) -> None:
-        assert self.session is not None
+        assert self.stream_session is not None
         delay = 1.0
         commands = handlers(member.sim)
         await asyncio.sleep(self.rng.uniform(0, self.interval_s))
@@ -289,7 +298,7 @@ class Swarm:
             base = self.urls[member.url]
             url = "ws" + base[len("http") :] + STREAM
             try:
-                async with self.session.ws_connect(
+                async with self.stream_session.ws_connect(
                     url, headers={"Authorization": f"Node {member.credential}"}, heartbeat=None
                 ) as ws:
                     delay = 1.0
