@@ -13,11 +13,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection
-from django.db.models import OuterRef, Subquery
 
 from llmgw.catalog.models import Engine
-from llmgw.inventory.models import ModelHolding, Node
-from llmgw.serving.models import Shard
+from llmgw.inventory.models import Node
 
 
 def engine_specs(
@@ -46,22 +44,59 @@ def _nvidia_only(spec: dict[str, Any]) -> bool:
     return not spec["builds"] and (spec.get("package") or {}).get("needs") == "nvidia"
 
 
-def shard_spec(shard: Shard, holdings: dict[tuple[int, str], str]) -> dict[str, Any]:
-    replica, profile, model = shard.replica, shard.replica.profile, shard.replica.model
+# The shards of the given nodes, with what their specs read and each
+# model's path on that node. Plain SQL: placement rebuilds under its lock,
+# and compiling the same query through the ORM cost more than running it.
+SHARDS = """
+SELECT s.node_id, s.replica_id, s.rank, s.gpu_indices, s.generation, r.env,
+       m.name, m.source, p.engine, p.engine_version, p.args, p.cpu_cores,
+       (SELECT h.path FROM inventory_modelholding h
+        WHERE h.node_id = s.node_id AND h.model_name = m.name LIMIT 1)
+FROM serving_shard s
+JOIN serving_replica r ON r.id = s.replica_id
+JOIN catalog_model m ON m.id = r.model_id
+JOIN catalog_profile p ON p.id = r.profile_id
+WHERE s.node_id IN ({nodes})
+"""
+SHARD_COLUMNS = (
+    "node_id replica_id rank gpu_indices generation env "
+    "model source engine engine_version args cpu_cores model_path"
+).split()
+# JSON columns come back as text from both databases.
+JSON_COLUMNS = ("gpu_indices", "env", "args")
+# Node keys per statement: SQLite's default bound on parameters is lower.
+READ_CHUNK = 900
+
+
+def _shards(ids: list[int]) -> Iterable[dict[str, Any]]:
+    with connection.cursor() as cursor:
+        for start in range(0, len(ids), READ_CHUNK):
+            chunk = ids[start : start + READ_CHUNK]
+            cursor.execute(SHARDS.format(nodes=", ".join(["%s"] * len(chunk))), chunk)
+            for values in cursor.fetchall():
+                row = dict(zip(SHARD_COLUMNS, values, strict=True))
+                for column in JSON_COLUMNS:
+                    if isinstance(row[column], str):
+                        row[column] = json.loads(row[column])
+                yield row
+
+
+def shard_spec(row: dict[str, Any]) -> dict[str, Any]:
+    """A shard as its node's agent is told to run it (a row of SHARDS)."""
     return {
-        "id": shard.shard_id,
-        "replica": replica.pk,
-        "rank": shard.rank,
-        "model": model.name,
-        "engine": profile.engine,
-        "engine_version": profile.engine_version or None,
-        "model_path": holdings.get((shard.node_id, model.name)),
-        "source": model.source,
-        "args": list(profile.args or []),
-        "threads": profile.cpu_cores or None,
-        "gpus": list(shard.gpu_indices or []),
-        "env": dict(replica.env or {}),
-        "generation": shard.generation,
+        "id": f"r{row['replica_id']}-{row['rank']}",
+        "replica": row["replica_id"],
+        "rank": row["rank"],
+        "model": row["model"],
+        "engine": row["engine"],
+        "engine_version": row["engine_version"] or None,
+        "model_path": row["model_path"],
+        "source": row["source"],
+        "args": list(row["args"] or []),
+        "threads": row["cpu_cores"] or None,
+        "gpus": list(row["gpu_indices"] or []),
+        "env": dict(row["env"] or {}),
+        "generation": row["generation"],
     }
 
 
@@ -81,29 +116,17 @@ def rebuild(node_ids: Iterable[int] | None = None) -> None:
         ids = list(Node.objects.values_list("pk", flat=True))
     else:
         ids = sorted(set(node_ids))
-    shards: dict[int, list[Shard]] = defaultdict(list)
-    holdings: dict[tuple[int, str], str] = {}
-    path = ModelHolding.objects.filter(
-        node_id=OuterRef("node_id"), model_name=OuterRef("replica__model__name")
-    ).values("path")[:1]
-    for shard in (
-        Shard.objects.filter(node_id__in=ids)
-        .select_related("replica__profile", "replica__model")
-        .annotate(model_path=Subquery(path))
-        # Sorted below: the models' ordering would join and sort in SQL.
-        .order_by()
-    ):
-        shards[shard.node_id].append(shard)
-        if shard.model_path is not None:
-            holdings[(shard.node_id, shard.replica.model.name)] = shard.model_path
+    shards: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in _shards(ids):
+        shards[row["node_id"]].append(row)
     catalog = list(Engine.objects.all())
     defaults = engine_specs(set(), catalog)
     docs: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
     for node_id in ids:
-        mine = sorted(shards[node_id], key=lambda s: (s.replica_id, s.rank))
-        wanted = {(s.replica.profile.engine, s.replica.profile.engine_version) for s in mine}
+        mine = sorted(shards[node_id], key=lambda r: (r["replica_id"], r["rank"]))
+        wanted = {(r["engine"], r["engine_version"]) for r in mine}
         engines = engine_specs(wanted, catalog) if any(v for _, v in wanted) else defaults
-        specs = [shard_spec(s, holdings) for s in mine]
+        specs = [shard_spec(r) for r in mine]
         # With an NVIDIA driver, and without: the node row says which.
         docs[node_id] = (
             {"engines": engines, "shards": specs},
