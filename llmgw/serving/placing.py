@@ -70,12 +70,55 @@ def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
 
 
 def _catalog(model_name: str) -> tuple[Model, list[Profile]]:
-    """The model and its profiles in one query (two for a model without
-    profiles, which places nothing)."""
-    stored = list(Profile.objects.filter(model__name=model_name).select_related("model"))
-    if not stored:
-        return placement.load_model(model_name), []
-    return stored[0].model, stored
+    """The model and its profiles in one plain query: the ORM compiling a
+    select_related one cost a millisecond of CPU on every placement."""
+    rows = _rows(CATALOG, [model_name])
+    if not rows:
+        raise placement.PlacementError(f"no model named {model_name!r} in the catalog")
+    model_width = len(Model._meta.concrete_fields)
+    model = _instance(Model, rows[0][:model_width])
+    profiles = []
+    for row in rows:
+        if row[model_width] is not None:
+            profile = _instance(Profile, row[model_width:])
+            profile.model = model
+            profiles.append(profile)
+    return model, profiles
+
+
+def _columns(model: type[Any], table: str) -> str:
+    return ", ".join(
+        f"{table}.{connection.ops.quote_name(f.column)}" for f in model._meta.concrete_fields
+    )
+
+
+# The profiles in their models' ordering (highest priority first, then by
+# name); a model without profiles still comes back, its profile columns null.
+CATALOG = f"""
+SELECT {_columns(Model, "m")}, {_columns(Profile, "p")}
+FROM catalog_model m LEFT JOIN catalog_profile p ON p.model_id = m.id
+WHERE m.name = %s
+ORDER BY p.priority DESC, p.name
+"""
+
+
+def _rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _instance(model: type[Any], values: tuple[Any, ...]) -> Any:
+    """A model instance from its columns' raw values, converted as the
+    ORM's own queries convert them (JSON text, SQLite's dates)."""
+    fields = model._meta.concrete_fields
+    converted = []
+    for field, value in zip(fields, values, strict=True):
+        col = field.get_col(model._meta.db_table)
+        for convert in connection.ops.get_db_converters(col) + field.get_db_converters(connection):
+            value = convert(value, col, connection)
+        converted.append(value)
+    return model.from_db(connection.alias, [f.attname for f in fields], converted)
 
 
 def _store(
