@@ -310,14 +310,19 @@ def check_scale_deepseek(demo: Demo, out: str, claim: str) -> None:
 
 
 def check_sweep(demo: Demo, out: str, claim: str) -> None:
-    # "every rack and PDU failed in turn: those whose loss would leave a held model short"
+    # "every rack and PDU failed in turn: rack=nvl72-a and this machine's rack would leave a
+    # held model short"
     first, *named = out.strip().splitlines()
     assert re.match(
         r"failed \d+ domains \(rack, pdu\) one at a time: [1-9]\d* would hurt", first
     ), out
     # Only the NVL72 rack runs deepseek: losing it leaves the model with none.
-    line = next((ln for ln in named if ln.startswith("rack=nvl72-a:")), "")
+    lines = [ln.strip() for ln in named]
+    line = next((ln for ln in lines if ln.startswith("rack=nvl72-a:")), "")
     assert f"below always_running: {DEEPSEEK} 0/1" in line, out
+    # And this machine's rack: tiny-llama runs on its one real node only.
+    line = next((ln for ln in lines if ln.startswith("rack=demo:")), "")
+    assert "below always_running: tiny-llama 0/1" in line, out
 
 
 def check_cordon(demo: Demo, out: str, claim: str) -> None:
