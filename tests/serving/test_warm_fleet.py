@@ -22,7 +22,7 @@ from llmgw.catalog import services as catalog
 from llmgw.catalog.models import Model
 from llmgw.inventory import services as inventory
 from llmgw.inventory.models import Gpu, Node
-from llmgw.serving import placing, warm
+from llmgw.serving import desired, placing, warm
 from llmgw.serving.models import GpuClaim, Replica, Shard
 from tests.inventory.test_gpus import H100, join_with_gpus
 from tests.payloads import heartbeat, registration
@@ -171,6 +171,27 @@ def test_own_placements_are_applied_in_memory_and_never_hand_out_a_card_twice(dg
     assert warm.FLEET.rebuilds == built
     assert placing.place_replica("one")[0] is None
     assert GpuClaim.objects.filter(node__name="dgx-1").count() == 8
+
+
+def test_a_placement_on_the_warm_fleet_is_nine_round_trips(dgx, django_assert_num_queries):
+    placing.place_replica("one")
+    # BEGIN, the model with its profiles, the lock, the look at the log,
+    # one statement for replica, shard, claims and record, the node's
+    # shards, the engines, the node's desired state, COMMIT.
+    with django_assert_num_queries(9):
+        replica, _ = placing.place_replica("one")
+    assert replica is not None
+    node = Node.objects.get(name="dgx-1")
+    assert list(
+        GpuClaim.objects.filter(shard__replica=replica).values_list("index", flat=True)
+    ) == [1]
+    assert [s["id"] for s in node.desired["shards"]] == [f"r{replica.pk - 1}-0", f"r{replica.pk}-0"]
+    assert node.desired["shards"][1]["gpus"] == [1]
+    assert node.desired_digest == desired.digest(node.desired)
+    # The next decision knows the card is taken without reading the node again.
+    reads = warm.FLEET.reads
+    assert list(placing.place_replica("one")[0].shards.get().gpu_indices) == [2]
+    assert warm.FLEET.reads == reads
 
 
 def test_a_new_node_joins_the_warm_fleet(dgx, make_node, agent_client):
