@@ -19,7 +19,11 @@ from tests.reliability.figures import record
 
 pytestmark = pytest.mark.slow
 
-SCALED = CATALOG.replace("always_running: 3", "always_running: 6").replace(
+# Enough new replicas that the kill lands while they are being placed: a
+# placement takes a few milliseconds on the warm fleet, so six were all
+# stored before the first look at the database came back.
+ADDED = 30
+SCALED = CATALOG.replace("always_running: 3", "always_running: 30").replace(
     "always_running: 2", "always_running: 5"
 )
 LIVE = (
@@ -49,11 +53,11 @@ def test_control_plane_restart_during_placement(cluster: Cluster) -> None:
     census = settled_after_grace(cluster)
     marked = spurious(cluster, before)
     record(
-        "control-plane restart during placement", replicas_wanted=held + 6,
+        "control-plane restart during placement", replicas_wanted=held + ADDED,
         placed_before_kill=placed_before_kill, count_reached_s=reached_s,
         spurious_not_ready=len(marked), **census,
     )  # fmt: skip
-    assert placed_before_kill < 6, "all were placed before the kill: nothing was interrupted"
+    assert placed_before_kill < ADDED, "all were placed before the kill: nothing was interrupted"
     # Processes started again on a loaded machine (a worker takes ~20 s to
     # start), the schedule's lease (15 s) run out, then reconciler ticks.
     assert reached_s <= 60 + 2 * RECONCILE_EVERY_S + MARGIN_S
