@@ -57,25 +57,8 @@ done
   fail "--server: '$SERVER' must be an https:// URL: the node authenticates with its certificate over TLS"
 [ -f "$UNIT" ] || fail "$UNIT: missing"
 
-# How a command is printed: plain words as they are, others quoted as the shell
-# would need them, and a script (several lines) below its command, indented.
-show() {
-  local line="+" arg script=""
-  for arg in "$@"; do
-    if [[ "$arg" == *$'\n'* ]]; then
-      line+=" '<script below>'"
-      script=$arg
-    elif [[ "$arg" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then
-      line+=" $arg"
-    else
-      line+=" $(printf '%q' "$arg")"
-    fi
-  done
-  echo "$line"
-  if [ -n "$script" ]; then
-    while IFS= read -r arg; do echo "    $arg"; done <<<"$script"
-  fi
-}
+# shellcheck source=deploy/lib/show.sh disable=SC1091
+source "$(dirname "$0")/lib/show.sh"
 
 # What changes anything goes through run(): printed under --dry-run.
 run() {

@@ -73,25 +73,8 @@ if ((APPLY)) && ! command -v "$QM" >/dev/null; then
   fail "$QM: not found: run this on the Proxmox host, or leave --apply off to see the commands"
 fi
 
-# How a command is printed: plain words as they are, others quoted as the shell
-# would need them, and a script (several lines) below its command, indented.
-show() {
-  local line="+" arg script=""
-  for arg in "$@"; do
-    if [[ "$arg" == *$'\n'* ]]; then
-      line+=" '<script below>'"
-      script=$arg
-    elif [[ "$arg" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then
-      line+=" $arg"
-    else
-      line+=" $(printf '%q' "$arg")"
-    fi
-  done
-  echo "$line"
-  if [ -n "$script" ]; then
-    while IFS= read -r arg; do echo "    $arg"; done <<<"$script"
-  fi
-}
+# shellcheck source=deploy/lib/show.sh disable=SC1091
+source "$(dirname "$0")/lib/show.sh"
 
 run() {
   show "$@"
