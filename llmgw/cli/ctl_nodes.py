@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 from llmgw.cli.ctl_client import DASH, Api, CtlError, table
+from llmgw.locations import LABEL_PREFIX, location
+from llmgw.locations import TREE as LOCATION_LEVELS
 from llmgw.units import format_bytes, format_bytes_pair
 
 
@@ -24,18 +26,9 @@ def disk_text(disk: dict[str, int] | None) -> str:
     return free_of_total(disk.get("free_bytes"), disk.get("total_bytes"))
 
 
-LABEL_PREFIX = "llmgw.io/"
-LOCATION_LEVELS = ("site", "room", "row", "rack")
-
-
 def location_text(labels: dict[str, str]) -> str:
-    """site/room/row/rack from the node's llmgw.io/ labels, "-" for a level
-    not set, then the PDU after a colon: "fra1/hall1/row03/r07:r07-pdu0"."""
-    levels = [labels.get(LABEL_PREFIX + level) for level in LOCATION_LEVELS]
-    pdu = labels.get(LABEL_PREFIX + "pdu")
-    if not any(levels) and not pdu:
-        return DASH
-    return "/".join(v or DASH for v in levels) + (f":{pdu}" if pdu else "")
+    """site/room/row/rack:pdu, "-" when the labels say nothing (llmgw.locations)."""
+    return location(labels) or DASH
 
 
 def gpus_text(node: dict[str, Any]) -> str:

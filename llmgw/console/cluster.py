@@ -21,10 +21,10 @@ from django.http import QueryDict
 from llmgw.inventory.api import filters
 from llmgw.inventory.api.node_list import node_rows
 from llmgw.inventory.models import Gpu, Node
+from llmgw.locations import TREE as LEVELS
 
 PAGE_SIZE = 100
 RACK = filters.LABEL_PREFIX + "rack"
-LEVELS = ("site", "room", "row", "rack")
 # What the table shows of each node.
 FIELDS = [
     "name",

@@ -11,20 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from llmgw.locations import LEVELS, label
 from llmgw.validation import text_problem
 
-LEVELS = ("site", "room", "row", "rack", "pdu")
-TREE = ("site", "room", "row", "rack")
-PREFIX = "llmgw.io/"
 MAX_DOMAIN = 300
 
 
 class DomainError(ValueError):
     pass
-
-
-def label(level: str) -> str:
-    return PREFIX + level
 
 
 def parse(text: str) -> str:
@@ -62,16 +56,6 @@ def describe(key: str) -> str:
     """ "rack r01" for "rack=r01"; "node n1" for a node's name."""
     level, sep, value = key.partition("=")
     return f"{level} {value}" if sep else f"node {key}"
-
-
-def location(labels: Mapping[str, str]) -> str:
-    """site/room/row/rack ("-" for a level not set), then ":pdu", as
-    `llmgw ctl nodes` prints it: "-/hall1/row01/r01:r01-pdu0"; "" if nothing."""
-    levels = [labels.get(label(level)) for level in TREE]
-    pdu = labels.get(label("pdu"))
-    if not any(levels) and not pdu:
-        return ""
-    return "/".join(v or "-" for v in levels) + (f":{pdu}" if pdu else "")
 
 
 def tree_path(labels: Mapping[str, str]) -> list[dict[str, str]]:

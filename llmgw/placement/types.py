@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from llmgw.locations import location
 from llmgw.units import GiB
 
 READY = "Ready"
@@ -39,14 +40,8 @@ def level_label(level: str) -> str:
 
 
 def location_of(labels: Mapping[str, str]) -> str:
-    """Where a node sits in the facility tree, as `llmgw ctl nodes` prints
-    it: site/room/row/rack ("-" for a level not set), then the PDU after a
-    colon: "-/hall1/row01/r01:r01-pdu0"; "" when its labels say nothing."""
-    levels = [labels.get(level_label(lv)) for lv in LEVELS[:4]]
-    pdu = labels.get(level_label("pdu"))
-    if not any(levels) and not pdu:
-        return ""
-    return "/".join(v or "-" for v in levels) + (f":{pdu}" if pdu else "")
+    """Where a node sits in the facility tree (llmgw.locations' one spelling)."""
+    return location(labels)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from rest_framework import serializers
 
 from llmgw.catalog.api.serializers import ProfileSerializer
 from llmgw.catalog.models import Model
-from llmgw.facility import domains
+from llmgw.locations import location
 from llmgw.serving import weights
 from llmgw.serving.models import Replica
 from llmgw.units import GiB, format_bytes, format_bytes_pair
@@ -55,7 +55,7 @@ class ReplicaSerializer(serializers.ModelSerializer):
                 {
                     "node": s.node.name,
                     # Its place in the facility tree ("-/hall1/row01/r01:r01-pdu0"); "" unknown.
-                    "location": domains.location(s.node.labels),
+                    "location": location(s.node.labels),
                     "rank": s.rank,
                     "state": s.state,
                     "url": s.url or None,
