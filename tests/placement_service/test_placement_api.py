@@ -211,7 +211,7 @@ def test_placing_by_hand_while_the_reconciler_places_neither_deadlocks_nor_misco
 
     fleet("gpu-1", 64, gpu_count=8)
     errors: list[BaseException] = []
-    barrier = threading.Barrier(8)
+    barrier = threading.Barrier(6)
 
     def worker(by_hand: bool) -> None:
         try:
@@ -225,12 +225,17 @@ def test_placing_by_hand_while_the_reconciler_places_neither_deadlocks_nor_misco
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=worker, args=(i % 2 == 0,)) for i in range(8)]
+    threads = [threading.Thread(target=worker, args=(i % 2 == 0,)) for i in range(6)]
+    # Six placers, and this thread's connection given back, inside the process's
+    # pool of 8 (LLMGW_DB_POOL_MAX): with eight in the whole suite a placer once
+    # waited out the pool's 10 s for a connection, which is not what this test
+    # is about (no deadlock, no miscount).
+    connection.close()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert errors == []
-    assert Replica.objects.count() == 8
+    assert Replica.objects.count() == 6
     # Each hand placement held every replica that ran when it committed.
-    assert 4 <= Model.objects.get(name="one-gpu").always_running <= 8
+    assert 3 <= Model.objects.get(name="one-gpu").always_running <= 6
