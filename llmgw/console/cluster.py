@@ -22,9 +22,10 @@ from llmgw.inventory.api import filters
 from llmgw.inventory.api.node_list import node_rows
 from llmgw.inventory.models import Gpu, Node
 from llmgw.locations import TREE as LEVELS
+from llmgw.locations import label
 
 PAGE_SIZE = 100
-RACK = filters.LABEL_PREFIX + "rack"
+RACK = label("rack")
 # What the table shows of each node.
 FIELDS = [
     "name",
@@ -86,10 +87,10 @@ def _query(params: QueryDict) -> tuple[filters.NodeQuery, dict[str, str], int]:
 
 def _with_location(row: dict[str, Any]) -> dict[str, Any]:
     labels = row.get("labels") or {}
-    location = {filters.LABEL_PREFIX + level for level in (*LEVELS, "pdu")}
-    levels = [labels.get(filters.LABEL_PREFIX + level) for level in LEVELS]
+    location = {label(level) for level in (*LEVELS, "pdu")}
+    levels = [labels.get(label(level)) for level in LEVELS]
     row["location"] = "/".join(v or "-" for v in levels) if any(levels) else ""
-    row["pdu"] = labels.get(filters.LABEL_PREFIX + "pdu") or ""
+    row["pdu"] = labels.get(label("pdu")) or ""
     row["rack"] = labels.get(RACK) or ""
     row["other_labels"] = {k: v for k, v in labels.items() if k not in location}
     row["gpu_text"] = ", ".join(

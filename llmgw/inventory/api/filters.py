@@ -23,10 +23,10 @@ from django.db.models.functions import Coalesce
 
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import Gpu, Node
+from llmgw.locations import LABEL_PREFIX
+from llmgw.locations import LEVELS as LOCATION_LEVELS
 from llmgw.validation import text_problem
 
-LABEL_PREFIX = "llmgw.io/"
-LOCATION_LEVELS = ("site", "room", "row", "rack", "pdu")
 STATES = {"ready": "Ready", "notready": "NotReady", "cordoned": "Cordoned"}
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
 # Also accepted: DRF's own `format`, which picks the renderer.
