@@ -48,6 +48,7 @@ from django.db import close_old_connections, connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from bench.fleet_measure import cpu_seconds  # noqa: E402
 from llmgw.accounts import hashing  # noqa: E402
 from llmgw.inventory import heartbeats, services  # noqa: E402
 from llmgw.inventory.models import Node  # noqa: E402
@@ -124,17 +125,6 @@ def counters() -> dict[str, int]:
         cursor.execute("SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'inventory_node'")
         (updates,) = cursor.fetchone()
     return {"commits": int(commits), "updates": int(updates)}
-
-
-def cpu_seconds(processes: list[psutil.Process]) -> float:
-    total = 0.0
-    for proc in processes:
-        try:
-            times = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
 
 
 def postgres_processes() -> list[psutil.Process]:

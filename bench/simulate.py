@@ -37,7 +37,8 @@ django.setup()
 
 from django.db import close_old_connections, connection  # noqa: E402
 
-from bench.heartbeat import cpu_seconds, postgres_processes  # noqa: E402
+from bench.fleet_measure import cpu_seconds  # noqa: E402
+from bench.heartbeat import postgres_processes  # noqa: E402
 from tests.servers import Server, start_uvicorn  # noqa: E402
 
 PREFIX = "join"
