@@ -209,26 +209,6 @@ class Replicas:
         return other
 
 
-def neighbours(
-    n: NodeState,
-    members: dict[tuple[str, str], list[int]],
-    cache: dict[int, list[tuple[int, int]]],
-) -> list[tuple[int, int]]:
-    """The other nodes sharing a spread domain with the node, each with how
-    much its spread score rises with one more replica on the node: the
-    weights of the domains they share (see Replicas.of). Kept in the cache,
-    by ordinal, as labels do not change."""
-    found = cache.get(n.ordinal)
-    if found is None:
-        shared: dict[int, int] = {}
-        for weight, domain in n.weighted:
-            for o in members[domain]:
-                if o != n.ordinal:
-                    shared[o] = shared.get(o, 0) + weight
-        found = cache[n.ordinal] = list(shared.items())
-    return found
-
-
 def static_refusal(n: NodeState, p: Profile) -> Refusal | None:
     """Rules that applying decisions cannot change; cached per profile."""
     v = n.view

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from . import power
-from .checks import NodeState, Replicas, pick_gpus
+from .checks import NodeState, pick_gpus
 from .types import Profile
+
+if TYPE_CHECKING:
+    from .spread import Spread
 
 StaticKey = tuple[object, ...]
 
@@ -34,7 +38,7 @@ class Grid:
     otherwise be most of it. Each cell is sorted, so ties go in node order.
     Each row keeps a count of its nodes and empty rows on top are dropped, so
     a walk passes what is empty without looking in it: most of one model's
-    tiers (see Spread) hold no node with many GPUs free.
+    tiers (spread.py) hold no node with many GPUs free.
     """
 
     __slots__ = ("cells", "sizes")
@@ -107,107 +111,6 @@ class Grid:
         return None
 
 
-# (replicas of the model on the node, its spread score over rooms, rows, racks
-# and PDUs (checks.Replicas), the node lacks its weights)
-Tier = tuple[int, int, bool]
-BASE: Tier = (0, 0, True)
-
-
-def tier_of(replicas: Replicas, n: NodeState, model: str) -> Tier:
-    mine, rack = replicas.of(n, model)
-    return mine, rack, model not in n.view.holds_weights
-
-
-def rising(
-    replicas: Replicas, nodes: list[NodeState], near: list[tuple[int, int]], model: str
-) -> list[tuple[NodeState, Tier, Tier]]:
-    """Each neighbour's tier before one more of the model's replicas on a
-    node, and after: its score rises by the weights of the domains the two
-    share (checks.neighbours), which needs no counting."""
-    out = []
-    for o, rise in near:
-        n = nodes[o]
-        t = tier_of(replicas, n, model)
-        out.append((n, t, (t[0], t[1] + rise, t[2])))
-    return out
-
-
-class Spread:
-    """One model's eligible nodes by tier, a grid each, tried lowest first.
-
-    Built for a model once it runs somewhere: best fit within a tier, and
-    never a node with more of its replicas while one with fewer fits. Most
-    of the fleet is in the base tier (none of the model's replicas on the
-    node or in its rack, nor its weights): a copy of the profile's grid less
-    the few nodes that are not.
-    """
-
-    __slots__ = ("tiers", "order", "owned")
-
-    def __init__(self) -> None:
-        self.tiers: dict[Tier, Grid] = {}
-        # The tiers that hold a node, lowest first.
-        self.order: list[Tier] = []
-        # The tiers whose grid no copy shares, which may change in place.
-        self.owned: set[Tier] = set()
-
-    def copy(self) -> Spread:
-        """Grids are shared until one changes (grid): a what-if copy of the
-        fleet moves a few nodes of a few tiers."""
-        other = Spread()
-        other.tiers = dict(self.tiers)
-        other.order = list(self.order)
-        # From here both sides share every grid: neither changes one in place.
-        self.owned = set()
-        return other
-
-    def grid(self, tier: Tier) -> Grid:
-        """The tier's grid, to change: copied first if shared."""
-        grid = self.tiers[tier]
-        if tier not in self.owned:
-            grid = self.tiers[tier] = grid.copy()
-            self.owned.add(tier)
-        return grid
-
-    def add(self, tier: Tier, ordinal: int, shape: tuple[int, int]) -> None:
-        if tier in self.tiers:
-            grid = self.grid(tier)
-        else:
-            grid = self.tiers[tier] = Grid()
-            self.owned.add(tier)
-            insort(self.order, tier)
-        grid.add(ordinal, shape)
-
-    def remove(self, tier: Tier, ordinal: int, shape: tuple[int, int]) -> None:
-        grid = self.grid(tier)
-        grid.remove(ordinal, shape)
-        # Its rows are trimmed as they empty: none left is no node left.
-        if not grid.sizes:
-            del self.tiers[tier]
-            self.owned.discard(tier)
-            self.order.remove(tier)
-
-    def refile(
-        self, ordinal: int, tier: Tier, shape: tuple[int, int], now: Tier, to: tuple[int, int]
-    ) -> None:
-        if (tier, shape) != (now, to):
-            self.remove(tier, ordinal, shape)
-            self.add(now, ordinal, to)
-
-    def best_fit(
-        self, nodes: list[NodeState], p: Profile, mem: int
-    ) -> tuple[NodeState, tuple[int, ...]] | None:
-        gps = p.gpus_per_shard
-        for tier in self.order:
-            grid = self.tiers[tier]
-            # Past the first few, a tier's nodes mostly have too few GPUs free.
-            if len(grid.sizes) > gps:
-                found = grid.best_fit(nodes, p, mem)
-                if found is not None:
-                    return found
-        return None
-
-
 class Eligible:
     """The nodes one kind of profile may use at all, and their grids.
 
@@ -215,7 +118,8 @@ class Eligible:
     only a tenth of the fleet may take scans that tenth, not the rest; a
     grid per model of the nodes holding its weights, so preferring them does
     not mean visiting every one of them on every decision; and, once a model
-    runs somewhere, its nodes by tier, so spreading it does not either.
+    runs somewhere, its nodes by group and tier (spread.py), so spreading it
+    does not either.
     """
 
     __slots__ = ("gpu_class", "ok", "ordered", "grid", "holders", "spread")
@@ -241,24 +145,6 @@ class Eligible:
         if grid is None:
             grid = self.holders[model] = self._grid([n for n in holders if n.ordinal in self.ok])
         return grid
-
-    def spread_grid(
-        self, model: str, nodes: list[NodeState], near: set[int], replicas: Replicas
-    ) -> Spread:
-        assert self.gpu_class is not None
-        spread = self.spread[model] = Spread()
-        base = self.grid.copy()
-        if base.sizes:
-            spread.tiers[BASE], spread.order = base, [BASE]
-            spread.owned.add(BASE)
-        for o in near & self.ok:
-            n = nodes[o]
-            tier = tier_of(replicas, n, model)
-            if tier != BASE:
-                shape = n.gpu_shape(self.gpu_class)
-                spread.remove(BASE, o, shape)
-                spread.add(tier, o, shape)
-        return spread
 
     def copy(self, spreads: Collection[str] | None = None) -> Eligible:
         """Only these models' spreads, where named: the rest are built again

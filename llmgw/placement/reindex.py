@@ -10,7 +10,8 @@ from bisect import bisect_left, insort
 from collections.abc import Sequence
 
 from .checks import NodeState, Replicas, static_refusal
-from .index import Eligible, tier_of
+from .index import Eligible
+from .spread import Groups, key_of
 from .types import Profile
 
 Changed = Sequence[tuple[NodeState, NodeState]]
@@ -46,48 +47,54 @@ def recount(replicas: Replicas, old: NodeState, new: NodeState) -> None:
 
 
 def take_out(
-    e: Eligible,
-    changed: Changed,
-    models: set[str],
-    near: Sequence[NodeState],
-    replicas: Replicas,
-) -> dict[str, list[int]]:
+    e: Eligible, changed: Changed, p: Profile, replicas: Replicas, groups: Groups
+) -> list[int]:
     """Before the counts change: take the replaced nodes out of one profile
-    kind's grids, and out of each model's spread the nodes whose tier may
-    move (for a model whose count changes, every node sharing a domain with
-    a replaced one). Returns, per model, the nodes taken out of its spread."""
+    kind's grids and out of each model's spread, where they were filed.
+    Returns the nodes the kind's static rules no longer let in."""
     cls = e.gpu_class
+    inside = [old for old, _ in changed if old.ordinal in e.ok]
+    gone = [old.ordinal for old, new in changed if old.ordinal in e.ok and static_refusal(new, p)]
     if cls is None:
-        return {}
-    for old, _ in changed:
-        if old.ordinal in e.ok:
-            e.grid.remove(old.ordinal, old.gpu_shape(cls))
-            for model, grid in e.holders.items():
-                if model in old.view.holds_weights:
-                    grid.remove(old.ordinal, old.gpu_shape(cls))
-    taken: dict[str, list[int]] = {}
-    olds = [old for old, _ in changed]
+        return gone
+    for old in inside:
+        shape = old.gpu_shape(cls)
+        e.grid.remove(old.ordinal, shape)
+        for model, grid in e.holders.items():
+            if model in old.view.holds_weights:
+                grid.remove(old.ordinal, shape)
+    if not e.spread:
+        return gone
+    # Groups whose every node of the kind leaves it go whole: a failed rack
+    # or PDU is a group or two of a fleet labelled down to its PDUs.
+    leaving = set(gone)
+    whole = {
+        g
+        for g in {groups.of[o] for o in gone}
+        if all(o in leaving for o in groups.members[g] if o in e.ok)
+    }
     for model, spread in e.spread.items():
-        out = taken[model] = []
-        for n in near if model in models else olds:
-            if n.ordinal in e.ok:
-                spread.remove(tier_of(replicas, n, model), n.ordinal, n.gpu_shape(cls))
-                out.append(n.ordinal)
-    return taken
+        for g in whole:
+            spread.drop(g)
+        for old in inside:
+            if groups.of[old.ordinal] not in whole:
+                spread.remove(key_of(groups, replicas, old, model), old.ordinal, old.gpu_shape(cls))
+    return gone
 
 
 def put_back(
     e: Eligible,
     changed: Changed,
     p: Profile,
-    taken: dict[str, list[int]],
-    nodes: Sequence[NodeState],
+    gone: list[int],
+    models: set[str],
     replicas: Replicas,
+    groups: Groups,
 ) -> None:
     """After: the replaced nodes in again where the kind's static rules
-    still let them in, and every node taken out at its tier now. A model
-    that runs nowhere any more loses its spread, as a fresh index has none."""
-    gone = [o.ordinal for o, n in changed if o.ordinal in e.ok and static_refusal(n, p)]
+    still let them in, and the groups around them at their tiers now for
+    the models whose counts changed. A model that runs nowhere any more
+    loses its spread, as a fresh index has none."""
     came = [n.ordinal for o, n in changed if o.ordinal not in e.ok and not static_refusal(n, p)]
     if gone or came:
         # Most replaced nodes stay in (a replica released): the sets stay too.
@@ -101,18 +108,22 @@ def put_back(
     cls = e.gpu_class
     if cls is None:
         return
-    for _, new in changed:
-        if new.ordinal in ok:
-            e.grid.add(new.ordinal, new.gpu_shape(cls))
-            for model, grid in e.holders.items():
-                if model in new.view.holds_weights:
-                    grid.add(new.ordinal, new.gpu_shape(cls))
+    back = [new for _, new in changed if new.ordinal in ok]
+    for new in back:
+        shape = new.gpu_shape(cls)
+        e.grid.add(new.ordinal, shape)
+        for model, grid in e.holders.items():
+            if model in new.view.holds_weights:
+                grid.add(new.ordinal, shape)
+    related = sorted({h for _, new in changed for h in groups.related[groups.of[new.ordinal]]})
     for model in list(e.spread):
         if model not in replicas.on_node:
             del e.spread[model]
             continue
         spread = e.spread[model]
-        again = set(taken.get(model, ())) | {new.ordinal for _, new in changed}
-        for o in sorted(again & ok):
-            n = nodes[o]
-            spread.add(tier_of(replicas, n, model), o, n.gpu_shape(cls))
+        counts = replicas.in_domain.get(model)
+        for new in back:
+            key = key_of(groups, replicas, new, model)
+            spread.file(key, new.ordinal, new.gpu_shape(cls), groups, counts)
+        if model in models:
+            spread.rescore(related, groups, counts)

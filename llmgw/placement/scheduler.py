@@ -32,8 +32,9 @@ from dataclasses import replace
 from functools import partial
 
 from . import multinode, power, refusals, reindex
-from .checks import NodeState, Replicas, fabric_adapters, neighbours, static_refusal
-from .index import Eligible, StaticKey, fit, rising, static_key, tier_of
+from . import spread as spreads
+from .checks import NodeState, Replicas, fabric_adapters, static_refusal
+from .index import Eligible, StaticKey, fit, static_key
 from .types import (
     Decision,
     Explanation,
@@ -61,10 +62,8 @@ class Inventory:
             self._by_name[n.view.name] = n
         self._holders: dict[str, list[int]] = {}
         self._replicas = Replicas()
-        # (level, value) -> its nodes, for every spread level a node names.
-        self._members: dict[tuple[str, str], list[int]] = {}
-        # Node -> checks.neighbours, on first use; copies share it (labels stay).
-        self._rises: dict[int, list[tuple[int, int]]] = {}
+        # The nodes' domain groups (spread.py), on first use; copies share them.
+        self._groups: spreads.Groups | None = None
         # Capped domain -> its power, shared by its nodes' states.
         self._power: dict[str, power.DomainPower] = {}
         for n in self._nodes:
@@ -73,9 +72,6 @@ class Inventory:
             for model, count in n.view.models.items():
                 if count:
                     self._replicas.add(model, n, count)
-            for domain in n.domains:
-                if domain[1] is not None:
-                    self._members.setdefault(domain, []).append(n.ordinal)  # type: ignore[arg-type]
             for key, cap in n.view.budgets:
                 d = self._power.get(key)
                 if d is None:
@@ -128,8 +124,7 @@ class Inventory:
         for n in self._nodes if self._power else ():
             if n.power:
                 other._own(n.view.name).power = [other._power[d.key] for d in n.power]
-        other._holders, other._members = self._holders, self._members
-        other._rises, other._kinds = self._rises, self._kinds
+        other._holders, other._groups, other._kinds = self._holders, self._groups, self._kinds
         other._eligible_by_key = {k: e.copy(spreads) for k, e in self._eligible_by_key.items()}
         other._pending = weakref.WeakSet()
         return other
@@ -160,8 +155,9 @@ class Inventory:
     def replace(self, views: Iterable[NodeView]) -> None:
         """These nodes as the views now say (a node stopped reporting, a
         replica was released), as a fresh Inventory would index them,
-        re-indexing only those nodes and their domains' neighbours: what-if
-        fails each rack of a large fleet in turn. Where a node sits and what
+        re-indexing only those nodes and, for the models whose counts change,
+        their groups' tiers (spread.py): what-if fails each rack of a large
+        fleet in turn. Where a node sits and what
         weights it holds must not change."""
         self._materialize()
         changed: list[tuple[NodeState, NodeState]] = []
@@ -173,7 +169,7 @@ class Inventory:
                 raise ValueError(f"node {v.name}: replaced views keep labels and weights")
             changed.append((old, NodeState(old.ordinal, v)))
         replicas = self._replicas
-        # Models whose counts change, and the nodes whose tier for them may.
+        # Models whose counts change: their spreads' tiers move.
         models = {
             m
             for old, new in changed
@@ -183,14 +179,9 @@ class Inventory:
             }
             if replicas.on_node.get(m, {}).get(old.ordinal, 0) != new.view.models.get(m, 0)
         }
-        near = {old.ordinal: old for old, _ in changed}
-        near.update(
-            (o, self._nodes[o])
-            for old, _ in changed
-            for o, _ in neighbours(old, self._members, self._rises)
-        )
-        taken = {
-            key: reindex.take_out(e, changed, models, list(near.values()), replicas)
+        groups = self._grouped()
+        gone = {
+            key: reindex.take_out(e, changed, self._kinds[key], replicas, groups)
             for key, e in self._eligible_by_key.items()
         }
         for old, new in changed:
@@ -199,7 +190,12 @@ class Inventory:
             self._owned.add(new.ordinal)
         self._repower(changed)
         for key, e in self._eligible_by_key.items():
-            reindex.put_back(e, changed, self._kinds[key], taken[key], self._nodes, replicas)
+            reindex.put_back(e, changed, self._kinds[key], gone[key], models, replicas, groups)
+
+    def _grouped(self) -> spreads.Groups:
+        if self._groups is None:
+            self._groups = spreads.Groups(self._nodes)
+        return self._groups
 
     def _materialize(self) -> None:
         # Explanations still unread were judged against the state before a
@@ -256,10 +252,13 @@ class Inventory:
         eligible = self._eligible(p)
         mem = p.memory_bytes
         if model in self._replicas.on_node:
-            spread = eligible.spread.get(model)
-            if spread is None:
-                spread = eligible.spread_grid(model, self._nodes, self._near(model), self._replicas)
-            return spread.best_fit(self._nodes, p, mem)
+            mine = eligible.spread.get(model)
+            if mine is None:
+                near = {*self._holders.get(model, ()), *self._replicas.on_node[model]}
+                mine = spreads.build(
+                    eligible, model, self._nodes, self._replicas, self._grouped(), near
+                )
+            return mine.best_fit(self._nodes, p, mem)
         holders = self._holders.get(model)
         if holders:
             grid = eligible.holders.get(model)
@@ -269,16 +268,6 @@ class Inventory:
             if found is not None:
                 return found
         return eligible.grid.best_fit(self._nodes, p, mem)
-
-    def _near(self, model: str) -> set[int]:
-        """The nodes whose tier for the model is not the base one."""
-        near = set(self._holders.get(model, ()))
-        for o in self._replicas.on_node.get(model, ()):
-            near.add(o)
-            for domain in self._nodes[o].domains:
-                if domain[1] is not None:
-                    near.update(self._members[domain])  # type: ignore[index]
-        return near
 
     def _pick_cpu(self, model: str, p: Profile) -> tuple[NodeState, tuple[int, ...]] | None:
         eligible = self._eligible(p)
@@ -387,40 +376,23 @@ class Inventory:
                 power.apply(n, shard.power_w)
             # One more of the model's replicas on the node and in its domains.
             replicas = self._replicas
-            spreading = any(model in e.spread for e in self._eligible_by_key.values())
-            near = neighbours(n, self._members, self._rises) if spreading else []
-            others = rising(replicas, self._nodes, near, model)
-            was = tier_of(replicas, n, model)
+            counts = replicas.on_node.get(model)
+            was = counts.get(n.ordinal, 0) if counts else 0
             replicas.add(model, n)
-            now = tier_of(replicas, n, model)
             for e in self._eligible_by_key.values():
                 cls = e.gpu_class
                 if cls is None:
                     continue
-                mine = e.spread.get(model)
-                # The domains' counts went up for their nodes this kind may use,
-                # whether or not it may use this one.
-                if mine is not None:
-                    ok = e.ok
-                    for o, t, moved in others:
-                        if o.ordinal in ok:
-                            shape = o.gpu_shape(cls)
-                            mine.refile(o.ordinal, t, shape, moved, shape)
-                if n.ordinal not in e.ok:
-                    continue
                 # A class with no free card before has none after: (0, 0) both.
                 old, new = before.get(cls, (0, 0)), after.get(cls, (0, 0))
-                if new != old:
+                if new != old and n.ordinal in e.ok:
                     e.grid.move(n.ordinal, old, new)
                     for held in n.view.holds_weights:
                         grid = e.holders.get(held)
                         if grid is not None:
                             grid.move(n.ordinal, old, new)
-                for m, spread in e.spread.items():
-                    if m == model:
-                        spread.refile(n.ordinal, was, old, now, new)
-                    elif new != old:
-                        spread.grid(tier_of(replicas, n, m)).move(n.ordinal, old, new)
+                if e.spread:
+                    spreads.applied(e, model, n, was, (old, new), replicas, self._grouped())
 
     # -- explaining -------------------------------------------------------
 

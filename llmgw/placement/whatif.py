@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from .power import DomainPower
 from .scheduler import Inventory, apply_to_views
-from .types import Decision, NodeView, Placement, Profile, Shard
+from .types import Decision, NodeView, Placement, Profile, Shard, gc_paused
 
 # What a node that stopped reporting is, as the inventory says it.
 FAILED_STATE = "NotReady"
@@ -338,8 +338,12 @@ def sweep(fleet: Fleet, levels: Sequence[str] = SWEPT) -> tuple[int, list[Outcom
             raise WhatIfError(f"unknown level {level!r}: expected one of {', '.join(LEVELS)}")
     wanted = [d for d in sorted(fleet.domains()) if d.partition("=")[0] in levels and "=" in d]
     hurt = []
-    for domain in wanted:
-        outcome = fail(fleet, domain, explain=False)
-        if outcome.below(fleet):
-            hurt.append(outcome)
+    # Each failure copies part of the index and drops it: many small objects
+    # and no cycles. Left on, the collector walked the whole fleet again and
+    # again meanwhile, a third of the sweep at 5,000 nodes.
+    with gc_paused():
+        for domain in wanted:
+            outcome = fail(fleet, domain, explain=False)
+            if outcome.below(fleet):
+                hurt.append(outcome)
     return len(wanted), hurt

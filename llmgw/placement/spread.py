@@ -1,0 +1,320 @@
+"""A model's spread index: the nodes one kind of profile may use, filed by
+domain group, so that a placement re-sorts a few groups rather than refiling
+every node near it. Pure, like the scheduler that keeps it up to date.
+
+A node's spread score for a model (checks.Replicas.of) is its own replicas
+of the model times the weight of the levels it names no value for, plus the
+model's replicas in each room, row, rack and PDU it names, weighted by
+level. Nodes naming the same value at every level (a group: in a fleet
+labelled down to the PDU, the nodes on one PDU) share that second part, so
+one more replica in a rack raises the score of its groups, not of each of
+their nodes. Filed node by node, a placement moved every node of its rack
+between tiers; and a what-if sweep, which copies the fleet once per failed
+rack or PDU and releases and places replicas on each copy, paid that for
+every lost replica and for every model whose replicas it released. Filed by
+group, a copy shares each group's grids until one changes, so a failure
+touches only the groups of the domain that failed and of the nodes the
+lost replicas go to.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Sequence
+
+from .checks import NodeState, Replicas
+from .index import Eligible, Grid, fit
+from .types import Profile
+
+# (replicas of the model on the node, its spread score, the node lacks its
+# weights): tried lowest first.
+Tier = tuple[int, int, bool]
+# (the node's group, its replicas of the model, it lacks the model's weights):
+# the nodes of a group that share a tier, whatever the counts become.
+Key = tuple[int, int, bool]
+Domain = tuple[str, str]
+
+
+class Groups:
+    """The fleet's domain groups, by node ordinal. Labels do not change in a
+    copy of the fleet (Inventory.replace refuses it), so copies share one."""
+
+    __slots__ = ("of", "members", "weighted", "alone", "related")
+
+    def __init__(self, nodes: Sequence[NodeState]) -> None:
+        ids: dict[object, int] = {}
+        self.of: list[int] = []
+        self.members: list[list[int]] = []
+        self.weighted: list[tuple[tuple[int, Domain], ...]] = []
+        self.alone: list[int] = []
+        for n in nodes:
+            g = ids.get(n.domains)
+            if g is None:
+                g = ids[n.domains] = len(self.weighted)
+                self.weighted.append(n.weighted)
+                self.alone.append(n.alone)
+                self.members.append([])
+            self.of.append(g)
+            self.members[g].append(n.ordinal)
+        by_domain: dict[Domain, list[int]] = {}
+        for g, weighted in enumerate(self.weighted):
+            for _, domain in weighted:
+                by_domain.setdefault(domain, []).append(g)
+        # Each group's groups whose scores move with a replica placed in it:
+        # those sharing a named domain with it, itself included. A group
+        # naming nothing shares nothing: only its node's own count moves.
+        self.related: list[list[int]] = [
+            sorted({h for _, domain in weighted for h in by_domain[domain]})
+            for weighted in self.weighted
+        ]
+
+    def base(self, g: int, counts: dict[Domain, int] | None) -> int:
+        """The group's spread score with none of the model's replicas on the node."""
+        score = 0
+        if counts:
+            get = counts.get
+            for weight, domain in self.weighted[g]:
+                score += weight * get(domain, 0)
+        return score
+
+    def tier(self, key: Key, counts: dict[Domain, int] | None) -> Tier:
+        g, mine, lacks = key
+        return mine, mine * self.alone[g] + self.base(g, counts), lacks
+
+
+def key_of(groups: Groups, replicas: Replicas, n: NodeState, model: str) -> Key:
+    nodes = replicas.on_node.get(model)
+    mine = nodes.get(n.ordinal, 0) if nodes else 0
+    return groups.of[n.ordinal], mine, model not in n.view.holds_weights
+
+
+class Spread:
+    """One model's eligible nodes, a grid per group and tier within it,
+    tried lowest tier first, best fit within a tier.
+
+    Never a node with more of the model's replicas, in it or around it,
+    while one with fewer fits. Grids are shared with the copy a spread was
+    made from until one changes (grid).
+    """
+
+    __slots__ = ("grids", "owned", "tiers", "keys", "order")
+
+    def __init__(self) -> None:
+        self.grids: dict[Key, Grid] = {}
+        # The grids no copy shares, which may change in place.
+        self.owned: set[Key] = set()
+        # Each key's tier as filed in order, and each group's keys.
+        self.tiers: dict[Key, Tier] = {}
+        self.keys: dict[int, tuple[Key, ...]] = {}
+        self.order: list[tuple[Tier, Key]] = []
+
+    def copy(self) -> Spread:
+        other = Spread.__new__(Spread)
+        other.grids = dict(self.grids)
+        other.tiers = dict(self.tiers)
+        other.keys = dict(self.keys)
+        other.order = list(self.order)
+        # From here both sides share every grid: neither changes one in place.
+        self.owned, other.owned = set(), set()
+        return other
+
+    def grid(self, key: Key) -> Grid:
+        """The key's grid, to change: copied first if shared."""
+        grid = self.grids[key]
+        if key not in self.owned:
+            grid = self.grids[key] = grid.copy()
+            self.owned.add(key)
+        return grid
+
+    def file(
+        self,
+        key: Key,
+        ordinal: int,
+        shape: tuple[int, int],
+        groups: Groups,
+        counts: dict[Domain, int] | None,
+    ) -> None:
+        grid = self.grids.get(key)
+        if grid is None:
+            grid = self.grids[key] = Grid()
+            self.owned.add(key)
+            tier = self.tiers[key] = groups.tier(key, counts)
+            insort(self.order, (tier, key))
+            self.keys[key[0]] = (*self.keys.get(key[0], ()), key)
+        elif key not in self.owned:
+            grid = self.grid(key)
+        grid.add(ordinal, shape)
+
+    def remove(self, key: Key, ordinal: int, shape: tuple[int, int]) -> None:
+        grid = self.grid(key)
+        grid.remove(ordinal, shape)
+        # Its rows are trimmed as they empty: none left is no node left.
+        if not grid.sizes:
+            del self.grids[key]
+            self.owned.discard(key)
+            order = self.order
+            del order[bisect_left(order, (self.tiers.pop(key), key))]
+            left = tuple(k for k in self.keys[key[0]] if k != key)
+            if left:
+                self.keys[key[0]] = left
+            else:
+                del self.keys[key[0]]
+
+    def drop(self, g: int) -> None:
+        """The group's nodes gone from the kind's eligible nodes at once (a
+        failed rack or PDU): its grids go whole rather than node by node."""
+        order = self.order
+        for key in self.keys.pop(g, ()):
+            del self.grids[key]
+            self.owned.discard(key)
+            del order[bisect_left(order, (self.tiers.pop(key), key))]
+
+    def rescore(
+        self, gids: Sequence[int], groups: Groups, counts: dict[Domain, int] | None
+    ) -> None:
+        """The groups' tiers again, after the model's counts changed."""
+        order, tiers = self.order, self.tiers
+        for g in gids:
+            keys = self.keys.get(g)
+            if not keys:
+                continue
+            base = groups.base(g, counts)
+            alone = groups.alone[g]
+            for key in keys:
+                mine = key[1]
+                tier = (mine, mine * alone + base, key[2])
+                old = tiers[key]
+                if tier != old:
+                    del order[bisect_left(order, (old, key))]
+                    insort(order, (tier, key))
+                    tiers[key] = tier
+
+    def best_fit(
+        self, nodes: list[NodeState], p: Profile, mem: int
+    ) -> tuple[NodeState, tuple[int, ...]] | None:
+        gps = p.gpus_per_shard
+        order, grids = self.order, self.grids
+        i, end = 0, len(order)
+        while i < end:
+            tier = order[i][0]
+            # Every group's grid of the tier: best fit over them together.
+            same = []
+            while i < end and order[i][0] == tier:
+                grid = grids[order[i][1]]
+                # Past the first few, a tier's nodes mostly have too few GPUs free.
+                if len(grid.sizes) > gps:
+                    same.append(grid)
+                i += 1
+            if same:
+                found = same[0].best_fit(nodes, p, mem) if len(same) == 1 else _best(same, nodes, p)
+                if found is not None:
+                    return found
+        return None
+
+
+def _best(
+    grids: list[Grid], nodes: list[NodeState], p: Profile
+) -> tuple[NodeState, tuple[int, ...]] | None:
+    """Grid.best_fit over several grids as one: the fewest free GPUs that
+    fit, then node order."""
+    mem = p.memory_bytes
+    group = min(p.tensor_parallel, p.gpus_per_shard)
+    top = max(len(grid.sizes) for grid in grids)
+    for count in range(p.gpus_per_shard, top):
+        found: tuple[NodeState, tuple[int, ...]] | None = None
+        for grid in grids:
+            sizes = grid.sizes
+            if count >= len(sizes) or not sizes[count]:
+                continue
+            for cell in grid.cells[count][group:]:
+                for o in cell:
+                    if found is not None and o > found[0].ordinal:
+                        break
+                    n = nodes[o]
+                    gpus = fit(n, p, mem)
+                    if gpus is not None:
+                        found = (n, gpus)
+                        break
+        if found is not None:
+            return found
+    return None
+
+
+def build(
+    e: Eligible,
+    model: str,
+    nodes: list[NodeState],
+    replicas: Replicas,
+    groups: Groups,
+    near: Iterable[int],
+) -> Spread:
+    """The model's spread for one kind of profile: the kind's grid split by
+    group, then the nodes near the model (its replicas' and its weights')
+    filed at their own tiers. Most nodes run none of a model's replicas."""
+    assert e.gpu_class is not None
+    spread = e.spread[model] = Spread()
+    counts = replicas.in_domain.get(model)
+    base: dict[int, Grid] = {}
+    if len(groups.weighted) == 1:
+        # A fleet naming no domains (or one of each) is one group.
+        base[0] = e.grid.copy()
+    else:
+        of = groups.of
+        for count, row in enumerate(e.grid.cells):
+            for island, cell in enumerate(row):
+                for o in cell:
+                    grid = base.get(of[o])
+                    if grid is None:
+                        grid = base[of[o]] = Grid()
+                    grid.cell(count, island).append(o)
+        for grid in base.values():
+            grid.sizes = [sum(map(len, row)) for row in grid.cells]
+    for g, grid in base.items():
+        if grid.sizes:
+            key = (g, 0, True)
+            spread.grids[key], spread.keys[g] = grid, (key,)
+            spread.tiers[key] = tier = groups.tier(key, counts)
+            spread.order.append((tier, key))
+            spread.owned.add(key)
+    spread.order.sort()
+    for o in near:
+        if o in e.ok:
+            n = nodes[o]
+            key = key_of(groups, replicas, n, model)
+            if key[1:] != (0, True):
+                shape = n.gpu_shape(e.gpu_class)
+                spread.remove((key[0], 0, True), o, shape)
+                spread.file(key, o, shape, groups, counts)
+    return spread
+
+
+def applied(
+    e: Eligible,
+    model: str,
+    n: NodeState,
+    was: int,
+    shapes: tuple[tuple[int, int], tuple[int, int]],
+    replicas: Replicas,
+    groups: Groups,
+) -> None:
+    """One more of the model's replicas on the node (it had `was`), its free
+    GPUs of the kind's class from one shape to the other: the spreads again."""
+    o = n.ordinal
+    old, new = shapes
+    inside = o in e.ok
+    g = groups.of[o]
+    holds = n.view.holds_weights
+    on_node = replicas.on_node
+    for m, spread in e.spread.items():
+        if m == model:
+            counts = replicas.in_domain.get(model)
+            if inside:
+                lacks = model not in holds
+                spread.remove((g, was, lacks), o, old)
+                spread.file((g, was + 1, lacks), o, new, groups, counts)
+            # The domains' counts went up for their nodes this kind may use,
+            # whether or not it may use this one.
+            spread.rescore(groups.related[g], groups, counts)
+        elif inside and new != old:
+            mine = on_node.get(m)
+            spread.grid((g, mine.get(o, 0) if mine else 0, m not in holds)).move(o, old, new)
