@@ -10,7 +10,18 @@ shape group commit has. Each heartbeat is answered only once its batch has
 committed, so an answer still means "stored".
 
 Writes run in one thread of their own with its own database connection,
-so the event loop never waits on SQL and batches never interleave.
+so the event loop never waits on SQL and batches never interleave. A
+heartbeat whose sections changed (every node's first, a joining fleet's
+all at once) is then stored durably in its node's own transaction: those
+run several at once in threads of their own, so they neither queue one
+behind the other nor hold up the batches of everyone else's heartbeats.
+Each runs under its node's row lock and compares the digests again there,
+so two heartbeats of one node never both store a section.
+
+Both kinds of thread are entered through sync_to_async, so an event sent
+on commit (llmgw.events: the console's group_send) runs on this process's
+event loop, as a request's does, rather than on a new loop in a new thread
+each time, which cost more than the section writes themselves.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connection
 
 from llmgw.inventory import heartbeats
@@ -29,12 +41,23 @@ from llmgw.inventory import heartbeats
 log = logging.getLogger("llmgw.inventory")
 
 Answer = dict[str, Any] | None
-Store = Callable[[list[heartbeats.Incoming]], list[Answer]]
+# Each heartbeat's answer, or its durable store still to run.
+Store = Callable[[list[heartbeats.Incoming]], list[Answer | heartbeats.Durable]]
 
 
-def _store(batch: list[heartbeats.Incoming]) -> list[Answer]:
+def _store(batch: list[heartbeats.Incoming]) -> list[Answer | heartbeats.Durable]:
     close_old_connections()
-    return heartbeats.store_many(batch)
+    return heartbeats.store_batch(batch)
+
+
+def _store_durable(durable: heartbeats.Durable) -> None:
+    close_old_connections()
+    try:
+        durable.store()
+    finally:
+        # Back to the pool after each: these threads are idle but while a
+        # fleet joins, and the requests share the pool.
+        connection.close()
 
 
 def _close() -> None:
@@ -42,14 +65,23 @@ def _close() -> None:
 
 
 class Coalescer:
-    def __init__(self, tick_s: float = 0.05, max_batch: int = 1000, store: Store = _store) -> None:
+    def __init__(
+        self,
+        tick_s: float = 0.05,
+        max_batch: int = 1000,
+        store: Store = _store,
+        durable_threads: int = 4,
+    ) -> None:
         self.tick_s = tick_s
         self.max_batch = max_batch
         self.store = store
+        self.durable_threads = durable_threads
         self._waiting: list[tuple[heartbeats.Incoming, asyncio.Future[Answer]]] = []
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
         self._db: ThreadPoolExecutor | None = None
+        self._durable: ThreadPoolExecutor | None = None
+        self._storing: set[asyncio.Task[None]] = set()
         # What this process wrote: heartbeats and the statements that took them.
         self.heartbeats = 0
         self.batches = 0
@@ -62,6 +94,9 @@ class Coalescer:
         if self._writer is None or self._writer.done():
             self._wake = asyncio.Event()
             self._db = self._db or ThreadPoolExecutor(1, thread_name_prefix="llmgw-heartbeats")
+            self._durable = self._durable or ThreadPoolExecutor(
+                self.durable_threads, thread_name_prefix="llmgw-sections"
+            )
             self._writer = asyncio.create_task(self._write_forever())
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._waiting.append(((name, credential_hash, data, at), future))
@@ -75,6 +110,12 @@ class Coalescer:
             self._writer.cancel()
             await asyncio.gather(self._writer, return_exceptions=True)
             self._writer = None
+        # The durable stores under way finish and are answered; each one
+        # has closed its own connection.
+        await asyncio.gather(*self._storing, return_exceptions=True)
+        if self._durable is not None:
+            self._durable.shutdown()
+            self._durable = None
         if self._db is not None:
             await asyncio.get_running_loop().run_in_executor(self._db, _close)
             self._db.shutdown()
@@ -97,7 +138,7 @@ class Coalescer:
 
     async def _write_forever(self) -> None:
         assert self._wake is not None
-        loop = asyncio.get_running_loop()
+        store = sync_to_async(self.store, thread_sensitive=False, executor=self._db)
         while True:
             await self._wake.wait()
             # A moment for the others arriving now to join the batch: a
@@ -108,9 +149,7 @@ class Coalescer:
             while self._waiting:
                 batch = self._take()
                 try:
-                    answers = await loop.run_in_executor(
-                        self._db, self.store, [incoming for incoming, _ in batch]
-                    )
+                    answers = await store([incoming for incoming, _ in batch])
                 except Exception as exc:  # noqa: BLE001 - each waiting request answers for it
                     for _, future in batch:
                         if not future.done():
@@ -119,5 +158,25 @@ class Coalescer:
                 self.heartbeats += len(batch)
                 self.batches += 1
                 for (_, future), answer in zip(batch, answers, strict=True):
-                    if not future.done():
+                    if isinstance(answer, heartbeats.Durable):
+                        task = asyncio.create_task(self._store_durable(answer, future))
+                        # Held until done: the loop keeps only weak references.
+                        self._storing.add(task)
+                        task.add_done_callback(self._storing.discard)
+                    elif not future.done():
                         future.set_result(answer)
+
+    async def _store_durable(
+        self, durable: heartbeats.Durable, future: asyncio.Future[Answer]
+    ) -> None:
+        """The heartbeat's durable store, then its answer, or the store's
+        failure for the request to answer."""
+        store = sync_to_async(_store_durable, thread_sensitive=False, executor=self._durable)
+        try:
+            await store(durable)
+        except Exception as exc:  # noqa: BLE001 - the waiting request answers for it
+            if not future.done():
+                future.set_exception(exc)
+            return
+        if not future.done():
+            future.set_result(durable.answer)

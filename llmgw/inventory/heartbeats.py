@@ -7,7 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -98,6 +99,16 @@ def _measurements(data: dict[str, Any], now: datetime) -> dict[str, Any]:
 Incoming = tuple[str, str, dict[str, Any], datetime]
 
 
+@dataclass(frozen=True, slots=True)
+class Durable:
+    """A heartbeat whose sections changed, or whose node comes back to
+    Ready: its answer, to be sent only once `store()` (the node's own
+    durable transaction) has committed."""
+
+    answer: dict[str, Any]
+    store: Callable[[], None]
+
+
 def store_many(beats: Sequence[Incoming]) -> list[dict[str, Any] | None]:
     """Store heartbeats of distinct nodes, each authenticated by its
     credential's digest; each one's answer, or None where the credential is
@@ -106,7 +117,24 @@ def store_many(beats: Sequence[Incoming]) -> list[dict[str, Any] | None]:
     A heartbeat that changes nothing but the measurements costs a share of
     one statement (heartbeat_batch): at 10,000 nodes every 10 s this is the
     hot path of the whole control plane. Changed sections, and a node
-    coming back to Ready, are stored durably in a transaction of their own."""
+    coming back to Ready, are stored durably in a transaction of their own,
+    here one after the other (the web process's Coalescer runs several at
+    once: see store_batch)."""
+    answers: list[dict[str, Any] | None] = []
+    for stored in store_batch(beats):
+        if isinstance(stored, Durable):
+            stored.store()
+            stored = stored.answer
+        answers.append(stored)
+    return answers
+
+
+def store_batch(beats: Sequence[Incoming]) -> list[dict[str, Any] | Durable | None]:
+    """store_many's one statement for all of `beats`, leaving each
+    heartbeat's durable transaction, where it needs one, to the caller: a
+    fleet's first heartbeats each store every section (a hundred times an
+    unchanged one's work), and stored one after the other behind the batch
+    they came in, they held up every heartbeat after them."""
     prepared = [_prepare(name, digest, data, at) for name, digest, data, at in beats]
     columns = [column for section in sections.registered() for column in section.columns]
     returned = [*_RETURNING, *columns]
@@ -114,7 +142,7 @@ def store_many(beats: Sequence[Incoming]) -> list[dict[str, Any] | None]:
         rows = heartbeat_batch.update([beat for beat, _ in prepared], returned)
     else:
         rows = {beat.name: _update_one(beat, returned) for beat, _ in prepared}
-    answers = []
+    answers: list[dict[str, Any] | Durable | None] = []
     for (beat, digests), (_, _, data, _) in zip(prepared, beats, strict=True):
         row = rows.get(beat.name)
         answers.append(None if row is None else _settle(row, columns, data, digests, beat.at))
@@ -149,23 +177,27 @@ def _settle(
     data: dict[str, Any],
     digests: dict[str, str],
     now: datetime,
-) -> dict[str, Any]:
+) -> dict[str, Any] | Durable:
     # registered_at comes back unconverted (a string on SQLite): only
     # whether it is null matters.
     name, pk, state, registered_at, desired, desired_digest = row[: len(_RETURNING)]
     stored = dict(zip(columns, row[len(_RETURNING) :], strict=True))
     changed = {column: d for column, d in digests.items() if d != stored[column]}
-    if changed or state != NodeState.READY:
-        _store_changes(pk, data, changed, now)
-        if state != NodeState.READY:
-            log.info("node %s is Ready", name)
     answer = {"node": name, "state": NodeState.READY, "register": registered_at is None}
     if desired is not None:  # None: the agent holds this desired state already
         # JSON comes back as text from a raw cursor on some backends.
         answer["desired"] = json.loads(desired) if isinstance(desired, str) else desired
     if desired_digest:
         answer["desired_digest"] = desired_digest
-    return answer
+    if not changed and state == NodeState.READY:
+        return answer
+
+    def store() -> None:
+        _store_changes(pk, data, changed, now)
+        if state != NodeState.READY:
+            log.info("node %s is Ready", name)
+
+    return Durable(answer, store)
 
 
 # Read back with every heartbeat, before the sections' digest columns.
