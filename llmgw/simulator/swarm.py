@@ -111,7 +111,10 @@ class Stats:
 class Member:
     sim: SimNode
     credential: str
-    url: int = 0
+    # The web process it posts to first (an index into the swarm's URLs);
+    # None: by its place in the fleet, so the fleet is spread over them as
+    # real agents' server_urls would spread it, and not all on the first.
+    url: int | None = None
     registered: bool = False
     beats: int = 0
     # Sent back with each heartbeat, as an agent does: the answer then
@@ -171,6 +174,9 @@ class Swarm:
     async def run(self, seconds: float | None = None, once: bool = False) -> None:
         """Until cancelled, for `seconds`, or (once) one registration and
         one heartbeat of each node."""
+        for i, member in enumerate(self.members):
+            if member.url is None:
+                member.url = i % len(self.urls)
         if once:
             await asyncio.gather(*(self._beat(m) for m in self.members))
             return
@@ -273,7 +279,8 @@ class Swarm:
         }
         failures = []
         for _ in self.urls:
-            url = self.urls[member.url]
+            index = member.url or 0
+            url = self.urls[index]
             try:
                 async with self.session.post(url + path, data=body, headers=headers) as response:
                     if response.status < 500:
@@ -284,7 +291,7 @@ class Swarm:
                     failures.append(f"{url}: {response.status}")
             except (aiohttp.ClientError, TimeoutError) as exc:
                 failures.append(f"{url}: {type(exc).__name__} {exc}")
-            member.url = (member.url + 1) % len(self.urls)
+            member.url = (index + 1) % len(self.urls)
         raise Unavailable(f"POST {path}: " + "; ".join(failures))
 
     # -- the command stream ----------------------------------------------
@@ -295,7 +302,7 @@ class Swarm:
         commands = handlers(member.sim)
         await asyncio.sleep(self.rng.uniform(0, self.interval_s))
         while True:
-            base = self.urls[member.url]
+            base = self.urls[member.url or 0]
             url = "ws" + base[len("http") :] + STREAM
             try:
                 async with self.stream_session.ws_connect(
