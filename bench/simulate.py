@@ -5,7 +5,8 @@ PostgreSQL and Redis, and `llmgw simulate --nodes N --interval I` as its
 own process, its nodes all new (an empty database, no kept credentials).
 Measured: the time from the simulator's start until every node is Ready
 and heartbeating on its interval (its last heartbeat within 1.5 intervals),
-then, in steady state, the simulator's CPU in cores (psutil) over a window,
+with the CPU the simulator and the web processes spent getting there, then,
+in steady state, the simulator's CPU in cores (psutil) over a window,
 beside the web processes' and PostgreSQL's. Printed beside the targets:
 steady state within a minute, at most one core, at 5,000 nodes every 10 s.
 
@@ -44,18 +45,19 @@ from tests.servers import Server, start_uvicorn  # noqa: E402
 PREFIX = "join"
 
 
-def fleet_state(interval: float) -> tuple[int, int, int]:
-    """(nodes, registered, Ready and heartbeating on their interval)."""
+def fleet_state(interval: float) -> tuple[int, int, int, int]:
+    """(nodes, joined, registered, Ready and heartbeating on their interval)."""
     close_old_connections()
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*), count(registered_at), count(*) FILTER (WHERE state = 'Ready' "
+            "SELECT count(*), count(*) FILTER (WHERE credential_hash <> ''), "
+            "count(registered_at), count(*) FILTER (WHERE state = 'Ready' "
             "AND last_heartbeat_at > now() - make_interval(secs => %s)) "
             "FROM inventory_node WHERE name LIKE %s",
             [interval * 1.5, f"{PREFIX}-%"],
         )
         row = cursor.fetchone()
-    return int(row[0]), int(row[1]), int(row[2])
+    return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 
 
 def node_updates() -> int:
@@ -86,14 +88,14 @@ def wait_steady(
     while time.monotonic() - started < args.limit:
         if sim.poll() is not None:
             sys.exit(f"llmgw simulate ended with {sim.returncode}: see its log")
-        nodes, registered, ready = fleet_state(args.interval)
+        nodes, joined, registered, ready = fleet_state(args.interval)
         elapsed = time.monotonic() - started
         if ready >= args.nodes:
             return elapsed
         if elapsed - shown >= 10:
             shown = elapsed
             print(
-                f"  {elapsed:5.0f} s: {nodes} nodes, {registered} registered, "
+                f"  {elapsed:5.0f} s: {nodes} nodes, {joined} joined, {registered} registered, "
                 f"{ready} Ready on their interval",
                 flush=True,
             )
@@ -125,7 +127,7 @@ def main() -> None:
             sim = simulate(args, [server.url for server in servers], data_dir)
             proc = psutil.Process(sim.pid)
             steady = wait_steady(args, sim, started)
-            joining = cpu_seconds([proc])
+            joining = (cpu_seconds([proc]), cpu_seconds(web))
             postgres = postgres_processes()
             before = (cpu_seconds([proc]), cpu_seconds(web), cpu_seconds(postgres), node_updates())
             t0 = time.monotonic()
@@ -144,7 +146,7 @@ def main() -> None:
 def report(
     args: argparse.Namespace,
     steady: float | None,
-    joining: float,
+    joining: tuple[float, float],
     window: float,
     before: tuple[float, float, float, int],
     after: tuple[float, float, float, int],
@@ -160,7 +162,10 @@ def report(
     met = steady is not None and steady <= 60
     print(f"steady state (every node Ready on its interval): {took}   target 60 s: "
           f"{'met' if met else 'not met'}")  # fmt: skip
-    print(f"simulator CPU while joining: {joining:.1f} s")
+    print(
+        f"CPU while joining: simulator {joining[0]:.1f} s, web processes {joining[1]:.1f} s "
+        f"({joining[1] / args.nodes * 1000:.0f} ms a node)"
+    )
     cores = sim / window
     print(
         f"steady state, {window:.0f} s window: simulator {cores:.2f} cores ({sim:.1f} s CPU)   "
