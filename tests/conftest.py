@@ -5,10 +5,48 @@ SQLite default, in a subprocess of its own."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+
+def _checked_out_elsewhere() -> int:
+    """Pooled connections held by threads other than this one (0 before
+    the pool exists, or on SQLite)."""
+    if "django.db" not in sys.modules:
+        return 0
+    from django.db import DEFAULT_DB_ALIAS, connections
+
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    pool = getattr(type(wrapper), "_connection_pools", {}).get(wrapper.alias)
+    if pool is None:
+        return 0
+    stats = pool.get_stats()
+    held_here = wrapper.connection is not None
+    return int(stats["pool_size"] - stats["pool_available"]) - held_here
+
+
+@pytest.fixture(autouse=True)
+def no_connection_left_behind() -> Any:
+    """A test fails when it leaves a pooled connection checked out on some
+    other thread. A thread that used the ORM and ended without closing its
+    connection never gives it back: browser tests that did so left the
+    process's pool of 8 too few for the placement race test after them,
+    whose placers then failed waiting for a connection."""
+    before = _checked_out_elsewhere()
+    yield
+    # A connection handed back is the pool's again only once the pool has
+    # checked it; a moment for a thread that is just finishing.
+    deadline = time.monotonic() + 2
+    while (left := _checked_out_elsewhere() - before) > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left <= 0, (
+        f"{left} pooled database connection(s) left checked out by other threads: "
+        "close the connection at the end of a thread that used the ORM "
+        "(tests.threads.in_own_thread does)"
+    )
 
 
 @pytest.fixture(autouse=True)

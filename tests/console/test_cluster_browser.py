@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests import bulk_fleet
-from tests.console.conftest import PASSWORD, USER, Browser
-from tests.servers import chromium
+from tests.console.conftest import PASSWORD, USER, Browser, chromium_beside_django
+from tests.threads import in_own_thread
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -29,7 +29,7 @@ def fleet_page(asgi_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Br
     roles.grant(User.objects.create_user(USER, password=PASSWORD), roles.VIEWER)
     bulk_fleet.build(COUNT)
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with chromium() as browser:
+    with chromium_beside_django() as browser:
         context = browser.new_context(viewport={"width": 1440, "height": 900})
         b = Browser(context.new_page(), asgi_server)
         b.login()
@@ -110,15 +110,9 @@ def test_nodes_grouped_by_rack_with_each_racks_counts(fleet_page):
     b.shot("cluster-racks")
     # A node an operator moved sits under its new rack (in a thread of its
     # own, as a server's: Playwright keeps an event loop on this one).
-    import threading
-
     from llmgw.inventory import services
 
-    move = threading.Thread(
-        target=services.set_labels, args=("node-00001", {"llmgw.io/rack": "r012"}, "test")
-    )
-    move.start()
-    move.join()
+    in_own_thread(services.set_labels, "node-00001", {"llmgw.io/rack": "r012"}, "test")
     page.goto(b.url + "/?group=rack&rack=r012")
     assert "node-00001" in shown(page) and len(shown(page)) == 11
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.console.test_browser import api_json, in_thread
+from tests.console.test_browser import api_json
+from tests.threads import in_own_thread
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -29,7 +30,7 @@ def test_fabric_page_lists_cabling_problems(browser):
     # The fleet's map is a healthy tree: nothing to list.
     assert page.locator("#fabric-problems").is_hidden()
 
-    in_thread(_store_miscabled)
+    in_own_thread(_store_miscabled)
     [fabric] = [f for f in api_json(b, "/api/v1/fabrics")["fabrics"] if f["map"]]
     assert fabric["map"]["summary"]["problems"] == 2
     page = b.open(f"/admin/fabrics?fabric={fabric['id']}")

@@ -1,0 +1,37 @@
+"""A call on a thread of its own, as a server's request thread makes it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+def in_own_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run `fn` on a new thread and return what it returns (or raise what it
+    raised). Browser tests need this: Playwright's sync API keeps an event
+    loop on the test's thread, under which the channel layer's group_send
+    does not run.
+
+    The thread's database connection goes back to the pool when the call
+    ends, as a request's does: a connection left with a finished thread is
+    never returned, and the browser tests once left the process's pool too
+    few connections for the placement race test that came after them."""
+    from django.db import connection
+
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
+            outcome["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
