@@ -55,8 +55,16 @@ class NodeState:
         "measured_w",
         "power",
     )
+    engine_versions: dict[str, set[str | None]]
+    domains: tuple[tuple[str, str | None], ...]
+    named: bool
+    weighted: tuple[tuple[int, tuple[str, str]], ...]
+    alone: int
 
-    def __init__(self, ordinal: int, view: NodeView) -> None:
+    def __init__(self, ordinal: int, view: NodeView, was: NodeState | None = None) -> None:
+        """`was`: the node's state before, whose labels the view keeps (a
+        what-if releasing replicas renews thousands of states): what they
+        alone decide is taken from it rather than worked out again."""
         self.ordinal = ordinal
         self.view = view
         free: dict[str, list[int]] = {}
@@ -90,11 +98,26 @@ class NodeState:
             # A card the topology does not mention has no NVLink peer: it stands alone.
             islands.extend(frozenset({g.index}) for g in view.gpus if g.index not in covered)
         self.islands = tuple(islands)
-        versions: dict[str, set[str | None]] = {}
-        for e in view.engines:
-            name, _, version = e.partition("@")
-            versions.setdefault(name, set()).add(version or None)
-        self.engine_versions = versions
+        if was is not None and was.view.engines is view.engines:
+            self.engine_versions = was.engine_versions
+        else:
+            versions: dict[str, set[str | None]] = {}
+            for e in view.engines:
+                name, _, version = e.partition("@")
+                versions.setdefault(name, set()).add(version or None)
+            self.engine_versions = versions
+        # Raised by the shards a dry run places here (power.apply).
+        self.declared_w = view.declared_w
+        self.measured_w = view.measured_w
+        # Its capped domains, shared with their other nodes (Inventory builds them).
+        self.power: list[power.DomainPower] = []
+        if was is not None and was.view.labels == view.labels:
+            self.domains, self.named = was.domains, was.named
+            self.weighted, self.alone = was.weighted, was.alone
+        else:
+            self._locate(view)
+
+    def _locate(self, view: NodeView) -> None:
         # (level, value) per spread level, None where the node names none.
         self.domains = tuple(
             (level, view.labels.get(level_label(level))) for level in SPREAD_LEVELS
@@ -103,17 +126,12 @@ class NodeState:
         # The spread score's parts (Replicas.of): each named domain with its
         # level's weight, and the weights of the levels the node itself stands for.
         last = len(self.domains) - 1
-        self.weighted: tuple[tuple[int, tuple[str, str]], ...] = tuple(
+        self.weighted = tuple(
             (WEIGHT ** (last - k), (level, value))
             for k, (level, value) in enumerate(self.domains)
             if value is not None
         )
         self.alone = sum(WEIGHT ** (last - k) for k, d in enumerate(self.domains) if d[1] is None)
-        # Raised by the shards a dry run places here (power.apply).
-        self.declared_w = view.declared_w
-        self.measured_w = view.measured_w
-        # Its capped domains, shared with their other nodes (Inventory builds them).
-        self.power: list[power.DomainPower] = []
 
     def free_count(self, gpu_class: str | None) -> int:
         if gpu_class is None:

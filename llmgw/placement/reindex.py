@@ -17,15 +17,12 @@ from .types import Profile
 Changed = Sequence[tuple[NodeState, NodeState]]
 
 
-def recount(replicas: Replicas, old: NodeState, new: NodeState) -> None:
+def recount(replicas: Replicas, old: NodeState, new: NodeState, held: dict[str, int]) -> None:
     """The node's replicas become what its new view says, and its domains'
     counts with them; counts that reach zero are dropped, as a fresh index
-    never holds them (a model with none left places as one never placed)."""
-    touched = []
-    for model, nodes in replicas.on_node.items():
-        count = nodes.get(old.ordinal)
-        if count:
-            touched.append((model, count))
+    never holds them (a model with none left places as one never placed).
+    `held`: what it runs as counted before."""
+    touched = [(model, count) for model, count in held.items() if count]
     for model, count in touched:
         replicas.add(model, old, -count)
     for model, count in new.view.models.items():

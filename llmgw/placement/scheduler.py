@@ -132,7 +132,8 @@ class Inventory:
     def keep_spreads(self, models: Collection[str]) -> None:
         """Keep only these models' spreads current; a decision builds another again."""
         for e in self._eligible_by_key.values():
-            e.spread = {m: s for m, s in e.spread.items() if m in models}
+            for m in [m for m in e.spread if m not in models]:
+                del e.spread[m]
 
     def _own(self, name: str) -> NodeState:
         n = self._by_name[name]
@@ -167,17 +168,19 @@ class Inventory:
                 raise ValueError(f"node {v.name} is not in the inventory")
             if v.labels != old.view.labels or v.holds_weights != old.view.holds_weights:
                 raise ValueError(f"node {v.name}: replaced views keep labels and weights")
-            changed.append((old, NodeState(old.ordinal, v)))
+            changed.append((old, NodeState(old.ordinal, v, old)))
         replicas = self._replicas
-        # Models whose counts change: their spreads' tiers move.
+        # What each node runs as counted now, and the models whose counts
+        # change: their spreads' tiers move.
+        held: dict[int, dict[str, int]] = {old.ordinal: {} for old, _ in changed}
+        for m, on in replicas.on_node.items():
+            for o in on.keys() & held.keys():
+                held[o][m] = on[o]
         models = {
             m
             for old, new in changed
-            for m in {
-                *new.view.models,
-                *(m for m, c in replicas.on_node.items() if old.ordinal in c),
-            }
-            if replicas.on_node.get(m, {}).get(old.ordinal, 0) != new.view.models.get(m, 0)
+            for m in {*held[old.ordinal], *new.view.models}
+            if held[old.ordinal].get(m, 0) != new.view.models.get(m, 0)
         }
         groups = self._grouped()
         gone = {
@@ -185,7 +188,7 @@ class Inventory:
             for key, e in self._eligible_by_key.items()
         }
         for old, new in changed:
-            reindex.recount(replicas, old, new)
+            reindex.recount(replicas, old, new, held[old.ordinal])
             self._nodes[new.ordinal] = self._by_name[new.view.name] = new
             self._owned.add(new.ordinal)
         self._repower(changed)

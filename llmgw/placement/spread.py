@@ -26,11 +26,10 @@ from .checks import NodeState, Replicas
 from .index import Eligible, Grid, fit
 from .types import Profile
 
-# (replicas of the model on the node, its spread score, the node lacks its
-# weights): tried lowest first.
-Tier = tuple[int, int, bool]
-# (the node's group, its replicas of the model, it lacks the model's weights):
-# the nodes of a group that share a tier, whatever the counts become.
+# A tier, tried lowest first: (replicas of the model on the node, its spread
+# score, the node lacks the model's weights). A key: (the node's group, its
+# replicas of the model, it lacks the weights), the nodes of a group that
+# share a tier whatever the counts become.
 Key = tuple[int, int, bool]
 Domain = tuple[str, str]
 
@@ -39,7 +38,7 @@ class Groups:
     """The fleet's domain groups, by node ordinal. Labels do not change in a
     copy of the fleet (Inventory.replace refuses it), so copies share one."""
 
-    __slots__ = ("of", "members", "weighted", "alone", "related")
+    __slots__ = ("of", "members", "first", "weighted", "alone", "related")
 
     def __init__(self, nodes: Sequence[NodeState]) -> None:
         ids: dict[object, int] = {}
@@ -56,6 +55,8 @@ class Groups:
                 self.members.append([])
             self.of.append(g)
             self.members[g].append(n.ordinal)
+        # Each group's first node: groups are numbered in node order.
+        self.first = [members[0] for members in self.members]
         by_domain: dict[Domain, list[int]] = {}
         for g, weighted in enumerate(self.weighted):
             for _, domain in weighted:
@@ -77,10 +78,6 @@ class Groups:
                 score += weight * get(domain, 0)
         return score
 
-    def tier(self, key: Key, counts: dict[Domain, int] | None) -> Tier:
-        g, mine, lacks = key
-        return mine, mine * self.alone[g] + self.base(g, counts), lacks
-
 
 def key_of(groups: Groups, replicas: Replicas, n: NodeState, model: str) -> Key:
     nodes = replicas.on_node.get(model)
@@ -97,21 +94,26 @@ class Spread:
     made from until one changes (grid).
     """
 
-    __slots__ = ("grids", "owned", "tiers", "keys", "order")
+    __slots__ = ("grids", "owned", "scores", "keys", "order", "first")
 
-    def __init__(self) -> None:
+    def __init__(self, first: list[int]) -> None:
+        # Groups.first, shared.
+        self.first = first
         self.grids: dict[Key, Grid] = {}
         # The grids no copy shares, which may change in place.
         self.owned: set[Key] = set()
-        # Each key's tier as filed in order, and each group's keys.
-        self.tiers: dict[Key, Tier] = {}
+        # Each key's score as filed in order, and each group's keys.
+        self.scores: dict[Key, int] = {}
         self.keys: dict[int, tuple[Key, ...]] = {}
-        self.order: list[tuple[Tier, Key]] = []
+        # (mine, score, lacks, group) per key, sorted: a key's tier, then its
+        # group; flat, as a placement re-sorts a few of them.
+        self.order: list[tuple[int, int, bool, int]] = []
 
     def copy(self) -> Spread:
         other = Spread.__new__(Spread)
+        other.first = self.first
         other.grids = dict(self.grids)
-        other.tiers = dict(self.tiers)
+        other.scores = dict(self.scores)
         other.keys = dict(self.keys)
         other.order = list(self.order)
         # From here both sides share every grid: neither changes one in place.
@@ -138,9 +140,10 @@ class Spread:
         if grid is None:
             grid = self.grids[key] = Grid()
             self.owned.add(key)
-            tier = self.tiers[key] = groups.tier(key, counts)
-            insort(self.order, (tier, key))
-            self.keys[key[0]] = (*self.keys.get(key[0], ()), key)
+            g, mine, lacks = key
+            score = self.scores[key] = mine * groups.alone[g] + groups.base(g, counts)
+            insort(self.order, (mine, score, lacks, g))
+            self.keys[g] = (*self.keys.get(g, ()), key)
         elif key not in self.owned:
             grid = self.grid(key)
         grid.add(ordinal, shape)
@@ -150,30 +153,32 @@ class Spread:
         grid.remove(ordinal, shape)
         # Its rows are trimmed as they empty: none left is no node left.
         if not grid.sizes:
-            del self.grids[key]
-            self.owned.discard(key)
-            order = self.order
-            del order[bisect_left(order, (self.tiers.pop(key), key))]
-            left = tuple(k for k in self.keys[key[0]] if k != key)
+            self._forget(key)
+            g = key[0]
+            left = tuple(k for k in self.keys[g] if k != key)
             if left:
-                self.keys[key[0]] = left
+                self.keys[g] = left
             else:
-                del self.keys[key[0]]
+                del self.keys[g]
+
+    def _forget(self, key: Key) -> None:
+        del self.grids[key]
+        self.owned.discard(key)
+        g, mine, lacks = key
+        order = self.order
+        del order[bisect_left(order, (mine, self.scores.pop(key), lacks, g))]
 
     def drop(self, g: int) -> None:
         """The group's nodes gone from the kind's eligible nodes at once (a
         failed rack or PDU): its grids go whole rather than node by node."""
-        order = self.order
         for key in self.keys.pop(g, ()):
-            del self.grids[key]
-            self.owned.discard(key)
-            del order[bisect_left(order, (self.tiers.pop(key), key))]
+            self._forget(key)
 
     def rescore(
         self, gids: Sequence[int], groups: Groups, counts: dict[Domain, int] | None
     ) -> None:
         """The groups' tiers again, after the model's counts changed."""
-        order, tiers = self.order, self.tiers
+        order, scores = self.order, self.scores
         for g in gids:
             keys = self.keys.get(g)
             if not keys:
@@ -182,47 +187,55 @@ class Spread:
             alone = groups.alone[g]
             for key in keys:
                 mine = key[1]
-                tier = (mine, mine * alone + base, key[2])
-                old = tiers[key]
-                if tier != old:
-                    del order[bisect_left(order, (old, key))]
-                    insort(order, (tier, key))
-                    tiers[key] = tier
+                score = mine * alone + base
+                old = scores[key]
+                if score != old:
+                    lacks = key[2]
+                    del order[bisect_left(order, (mine, old, lacks, g))]
+                    insort(order, (mine, score, lacks, g))
+                    scores[key] = score
 
     def best_fit(
         self, nodes: list[NodeState], p: Profile, mem: int
     ) -> tuple[NodeState, tuple[int, ...]] | None:
         gps = p.gpus_per_shard
-        order, grids = self.order, self.grids
-        i, end = 0, len(order)
-        while i < end:
-            tier = order[i][0]
-            # Every group's grid of the tier: best fit over them together.
-            same = []
-            while i < end and order[i][0] == tier:
-                grid = grids[order[i][1]]
-                # Past the first few, a tier's nodes mostly have too few GPUs free.
-                if len(grid.sizes) > gps:
-                    same.append(grid)
-                i += 1
-            if same:
-                found = same[0].best_fit(nodes, p, mem) if len(same) == 1 else _best(same, nodes, p)
-                if found is not None:
-                    return found
-        return None
+        grids = self.grids
+        # Every group's grid of a tier: best fit over them together.
+        same: list[tuple[int, Grid]] = []
+        top = 0
+        tier = (-1, -1, False)
+        for mine, score, lacks, g in self.order:
+            if score != tier[1] or mine != tier[0] or lacks != tier[2]:
+                if same:
+                    found = _best(same, top, self.first, nodes, p)
+                    if found is not None:
+                        return found
+                    same, top = [], 0
+                tier = (mine, score, lacks)
+            grid = grids[g, mine, lacks]
+            # Past the first few, a tier's nodes mostly have too few GPUs free.
+            rows = len(grid.sizes)
+            if rows > gps:
+                same.append((g, grid))
+                top = max(top, rows)
+        return _best(same, top, self.first, nodes, p) if same else None
 
 
 def _best(
-    grids: list[Grid], nodes: list[NodeState], p: Profile
+    grids: list[tuple[int, Grid]], top: int, first: list[int], nodes: list[NodeState], p: Profile
 ) -> tuple[NodeState, tuple[int, ...]] | None:
-    """Grid.best_fit over several grids as one: the fewest free GPUs that
-    fit, then node order."""
+    """Grid.best_fit over several groups' grids as one: the fewest free GPUs
+    that fit, then node order. The grids come in group order, and a group
+    holds no node before its first: past a fit, the rest hold none earlier."""
+    if len(grids) == 1:
+        return grids[0][1].best_fit(nodes, p, p.memory_bytes)
     mem = p.memory_bytes
     group = min(p.tensor_parallel, p.gpus_per_shard)
-    top = max(len(grid.sizes) for grid in grids)
     for count in range(p.gpus_per_shard, top):
         found: tuple[NodeState, tuple[int, ...]] | None = None
-        for grid in grids:
+        for g, grid in grids:
+            if found is not None and found[0].ordinal < first[g]:
+                break
             sizes = grid.sizes
             if count >= len(sizes) or not sizes[count]:
                 continue
@@ -252,7 +265,7 @@ def build(
     group, then the nodes near the model (its replicas' and its weights')
     filed at their own tiers. Most nodes run none of a model's replicas."""
     assert e.gpu_class is not None
-    spread = e.spread[model] = Spread()
+    spread = e.spread[model] = Spread(groups.first)
     counts = replicas.in_domain.get(model)
     base: dict[int, Grid] = {}
     if len(groups.weighted) == 1:
@@ -273,8 +286,8 @@ def build(
         if grid.sizes:
             key = (g, 0, True)
             spread.grids[key], spread.keys[g] = grid, (key,)
-            spread.tiers[key] = tier = groups.tier(key, counts)
-            spread.order.append((tier, key))
+            spread.scores[key] = score = groups.base(g, counts)
+            spread.order.append((0, score, True, g))
             spread.owned.add(key)
     spread.order.sort()
     for o in near:
@@ -305,6 +318,9 @@ def applied(
     g = groups.of[o]
     holds = n.view.holds_weights
     on_node = replicas.on_node
+    moved = inside and new != old
+    # Where a model neither runs on the node nor has its weights there.
+    plain = (g, 0, True)
     for m, spread in e.spread.items():
         if m == model:
             counts = replicas.in_domain.get(model)
@@ -315,6 +331,10 @@ def applied(
             # The domains' counts went up for their nodes this kind may use,
             # whether or not it may use this one.
             spread.rescore(groups.related[g], groups, counts)
-        elif inside and new != old:
+        elif moved:
             mine = on_node.get(m)
-            spread.grid((g, mine.get(o, 0) if mine else 0, m not in holds)).move(o, old, new)
+            mine_here = mine.get(o, 0) if mine else 0
+            key = (g, mine_here, m not in holds) if mine_here or holds else plain
+            grid = spread.grids[key] if key in spread.owned else spread.grid(key)
+            grid.remove(o, old)
+            grid.add(o, new)

@@ -277,8 +277,7 @@ def fail(fleet: Fleet, domain: str, *, explain: bool = True) -> Outcome:
         outcome.inventory = fleet.base()
         return outcome
     by_name = fleet.by_name()
-    # Only the nodes that change are kept here, as they now read.
-    views = {n: replace(by_name[n], state=FAILED_STATE) for n in nodes}
+    views = _Views(by_name, [replace(by_name[n], state=FAILED_STATE) for n in nodes])
     by_model: dict[str, list[Lost]] = defaultdict(list)
     for lost in outcome.lost:
         by_model[lost.replica.model].append(lost)
@@ -290,8 +289,8 @@ def fail(fleet: Fleet, domain: str, *, explain: bool = True) -> Outcome:
     for model, losses in by_model.items():
         decisions = [lost.replica.decision for lost in losses]
         touched |= {s.node for d in decisions for s in d.shards}
-        freed = released([views.get(n) or by_name[n] for n in sorted(touched)], decisions)
-        views.update((v.name, v) for v in freed)
+        freed = released(views.read(sorted(touched)), decisions)
+        views.now.update((v.name, v) for v in freed)
         if inv is fleet.base():
             inv = inv.copy(ahead)
         inv.replace(freed)
@@ -305,14 +304,13 @@ def fail(fleet: Fleet, domain: str, *, explain: bool = True) -> Outcome:
 def _replace_model(
     fleet: Fleet,
     inv: Inventory,
-    views: dict[str, NodeView],
+    views: _Views,
     model: str,
     losses: list[Lost],
     explain: bool,
     ahead: set[str],
 ) -> None:
     profiles = fleet.profiles.get(model, ())
-    by_name = fleet.by_name()
     for lost in losses:
         lost.decision = decide(inv, model, profiles)
         if lost.decision is None:
@@ -326,8 +324,33 @@ def _replace_model(
             # read again, so keeping it current would be wasted.
             inv.keep_spreads(ahead)
         inv.apply(lost.decision)
-        mine = [views.get(n) or by_name[n] for n in lost.decision.nodes]
-        views.update((v.name, v) for v in apply_to_views(mine, lost.decision))
+        views.placed(lost.decision)
+
+
+class _Views:
+    """The nodes that changed on a copy, as they now read. A placement's
+    claims are written into a node's view when a later release reads the
+    node, not before: most nodes placed on are never released again."""
+
+    __slots__ = ("by_name", "now", "pending")
+
+    def __init__(self, by_name: dict[str, NodeView], changed: list[NodeView]) -> None:
+        self.by_name = by_name
+        self.now = {v.name: v for v in changed}
+        self.pending: dict[str, list[Decision]] = {}
+
+    def placed(self, decision: Decision) -> None:
+        for n in dict.fromkeys(decision.nodes):
+            self.pending.setdefault(n, []).append(decision)
+
+    def read(self, names: Iterable[str]) -> list[NodeView]:
+        out = []
+        for n in names:
+            v = self.now.get(n) or self.by_name[n]
+            for d in self.pending.pop(n, ()):
+                [v] = apply_to_views([v], d)
+            out.append(v)
+        return out
 
 
 def sweep(fleet: Fleet, levels: Sequence[str] = SWEPT) -> tuple[int, list[Outcome]]:
