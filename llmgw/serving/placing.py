@@ -44,8 +44,13 @@ def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
 
     Decided on this process's warm fleet, checked against the database
     under the lock (warm.py); the explanation is judged when read, not
-    here: at 5,000 nodes it cost as much as the rest of a placement."""
-    with warm.FLEET.lock, transaction.atomic():
+    here: at 5,000 nodes it cost as much as the rest of a placement.
+
+    The transaction, and so a pooled connection, before the process's lock:
+    a thread holding the lock while it waits for a connection would keep
+    every thread that holds one waiting for the lock, until the pool's
+    timeout failed them all."""
+    with transaction.atomic(), warm.FLEET.lock:
         # The catalog is read before the lock: only claims need it.
         model, stored = _catalog(model_name)
         profiles = [profile_view(p) for p in stored]
