@@ -26,7 +26,8 @@ def fleets(draw: st.DrawFn) -> Fleet:
         rack = draw(st.sampled_from(["r1", "r2", "r3"]))
         labels = {"llmgw.io/rack": rack, "llmgw.io/pdu": draw(st.sampled_from(["p1", "p2"]))}
         if draw(st.booleans()):
-            labels["llmgw.io/row"] = "row-" + rack
+            # A row of its rack alone, or one over several racks.
+            labels["llmgw.io/row"] = draw(st.sampled_from(["row-" + rack, "row-x"]))
         gpus = tuple(GpuView(g, f"GPU-{i}-{g}", CLASS, 80 * GiB) for g in range(8))
         views.append(
             NodeView(
