@@ -24,3 +24,21 @@ def location(labels: Mapping[str, str]) -> str:
     if not any(levels) and not pdu:
         return ""
     return "/".join(v or "-" for v in levels) + (f":{pdu}" if pdu else "")
+
+
+def split_domain(text: str) -> tuple[str | None, str]:
+    """A domain as operators write it, LEVEL=VALUE, as (level, value); a
+    node's name as (None, it). A ValueError says what is wrong, in words
+    every surface prints after "domain: "."""
+    if "=" not in text:
+        return None, text
+    level, value = (part.strip() for part in text.split("=", 1))
+    if level not in LEVELS:
+        raise ValueError(
+            f"{level!r} is not a level; write LEVEL=VALUE with LEVEL one of "
+            + ", ".join(LEVELS)
+            + ", or a node name"
+        )
+    if not value:
+        raise ValueError(f"{level}= needs a value")
+    return level, value

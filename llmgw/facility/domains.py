@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from llmgw.locations import LEVELS, label
+from llmgw.locations import LEVELS, label, split_domain
 from llmgw.validation import text_problem
 
 MAX_DOMAIN = 300
@@ -31,18 +31,11 @@ def parse(text: str) -> str:
     problem = text_problem(text)
     if problem is not None:
         raise DomainError(f"domain: {problem}")
-    if "=" not in text:
-        return text
-    level, value = (part.strip() for part in text.split("=", 1))
-    if level not in LEVELS:
-        raise DomainError(
-            f"domain: {level!r} is not a level; write LEVEL=VALUE with LEVEL one of "
-            + ", ".join(LEVELS)
-            + ", or a node name"
-        )
-    if not value:
-        raise DomainError(f"domain: {level}= needs a value")
-    return f"{level}={value}"
+    try:
+        level, value = split_domain(text)
+    except ValueError as exc:
+        raise DomainError(f"domain: {exc}") from None
+    return text if level is None else f"{level}={value}"
 
 
 def keys_of(name: str, labels: Mapping[str, str]) -> list[str]:

@@ -5,7 +5,7 @@ page of them as fast as a fleet of 50. Every parameter is checked and a
 bad one is refused by name (400), never ignored: `stat=Ready`, a typo,
 would otherwise list every node and look like an answer.
 
-Domains are written LEVEL=VALUE, LEVEL one of LOCATION_LEVELS, read from
+Domains are written LEVEL=VALUE, LEVEL one of llmgw.locations.LEVELS, read from
 the node's labels `llmgw.io/<level>` (an operator's label wins over the
 agent's, as everywhere), or a bare node name.
 """
@@ -23,8 +23,7 @@ from django.db.models.functions import Coalesce
 
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import Gpu, Node
-from llmgw.locations import LABEL_PREFIX
-from llmgw.locations import LEVELS as LOCATION_LEVELS
+from llmgw.locations import LABEL_PREFIX, split_domain
 from llmgw.validation import text_problem
 
 STATES = {"ready": "Ready", "notready": "NotReady", "cordoned": "Cordoned"}
@@ -78,19 +77,11 @@ def _words(name: str, values: list[str]) -> list[str]:
 
 def parse_domain(text: str) -> tuple[str, str]:
     """LEVEL=VALUE as (label key, value); a bare name as ("name", it)."""
-    if "=" not in text:
-        return ("name", text)
-    level, value = (part.strip() for part in text.split("=", 1))
-    if level not in LOCATION_LEVELS:
-        raise BadParameter(
-            "domain",
-            f"{level!r} is not a level: write LEVEL=VALUE, LEVEL one of "
-            + ", ".join(LOCATION_LEVELS)
-            + ", or a node name",
-        )
-    if not value:
-        raise BadParameter("domain", f"{level}= needs a value")
-    return (LABEL_PREFIX + level, value)
+    try:
+        level, value = split_domain(text)
+    except ValueError as exc:
+        raise BadParameter("domain", str(exc)) from None
+    return ("name", value) if level is None else (LABEL_PREFIX + level, value)
 
 
 def parse(params: Any, known_fields: list[str], paged: bool = True) -> NodeQuery:
