@@ -13,21 +13,25 @@ It only ever answers "stored, and here is your answer". Everything else
 not a valid heartbeat, another node's name, a credential the statement did
 not authenticate) is handed to Django, body and all, before anything is
 written, where HeartbeatView answers exactly as it always has: 401, 413,
-400 naming every bad field, 403 with its audit record.
+400 naming every bad field, 403 with its audit record. Joins and
+registrations take the same way, served by agent_asgi.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import msgspec
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
+from llmgw_agent.protocol.messages import Join, Registration
 
 from llmgw.accounts import hashing
 from llmgw.inventory import credentials
+from llmgw.inventory.api import agent_asgi
 from llmgw.inventory.api.agent_fast import decode_heartbeat
 from llmgw.inventory.coalesce import Coalescer
 
@@ -85,15 +89,33 @@ async def _read(receive: Receive, limit: int) -> tuple[list[Message], bool]:
             return messages, True
 
 
+async def _outage(send: Send) -> None:
+    # As llmgw.outage answers for Django: the agents fail over on a 503.
+    body = _encode(
+        {
+            "detail": "the control plane's database cannot be reached; retry shortly",
+            "retry_after_s": RETRY_AFTER_S,
+        }
+    )
+    await _answer(send, 503, body, [(b"retry-after", str(RETRY_AFTER_S).encode())])
+
+
 def heartbeats_first(app: ASGIApp, coalescer: Coalescer | None = None) -> ASGIApp:
-    """`app` for everything but a heartbeat this path can store itself."""
+    """`app` for everything but a heartbeat this path can store itself, and
+    a join or registration it can serve itself (agent_asgi)."""
     writer = coalescer or Coalescer()
+    lean = {
+        PATH: partial(_lean, coalescer=writer),
+        agent_asgi.JOIN: _lean_join,
+        agent_asgi.REGISTER: _lean_register,
+    }
 
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
+        serve = lean.get(scope["path"]) if scope["type"] == "http" else None
+        if serve is None or scope["method"] != "POST":
             await app(scope, receive, send)
             return
-        messages = await _lean(scope, receive, send, writer)
+        messages = await serve(scope, receive, send)
         if messages is None:
             return
 
@@ -133,14 +155,55 @@ async def _lean(
     try:
         answer = await coalescer.submit(parts[0], hashing.digest(parts[1]), data, timezone.now())
     except (OperationalError, InterfaceError):
-        # As llmgw.outage answers for Django: the agents fail over on a 503.
-        body = _encode(
-            {
-                "detail": "the control plane's database cannot be reached; retry shortly",
-                "retry_after_s": RETRY_AFTER_S,
-            }
-        )
-        await _answer(send, 503, body, [(b"retry-after", str(RETRY_AFTER_S).encode())])
+        await _outage(send)
+        return None
+    if answer is None:
+        return messages
+    await _answer(send, 200, _encode(answer), [])
+    return None
+
+
+async def _body(scope: Scope, receive: Receive) -> tuple[list[Message], bytes | None]:
+    """The messages read, and the whole body when it is within the agent limit."""
+    limit = settings.AGENT_MAX_PAYLOAD_BYTES
+    declared = dict(scope.get("headers") or []).get(b"content-length", b"0")
+    if not declared.isdigit() or int(declared) > limit:
+        return [], None
+    messages, whole = await _read(receive, limit)
+    if not whole:
+        return messages, None
+    return messages, b"".join(message.get("body", b"") for message in messages)
+
+
+async def _lean_join(scope: Scope, receive: Receive, send: Send) -> list[Message] | None:
+    """None once answered; else the messages read, for Django to read again."""
+    messages, body = await _body(scope, receive)
+    data = None if body is None else agent_asgi.parse(body, Join)
+    if data is None:
+        return messages
+    try:
+        status, answer = await agent_asgi.run(agent_asgi.join, data)
+    except (OperationalError, InterfaceError):
+        await _outage(send)
+        return None
+    await _answer(send, status, _encode(answer), [])
+    return None
+
+
+async def _lean_register(scope: Scope, receive: Receive, send: Send) -> list[Message] | None:
+    """None once answered; else the messages read, for Django to read again."""
+    credential = agent_asgi.credential_of(scope)
+    if credential is None:
+        return []
+    messages, body = await _body(scope, receive)
+    data = None if body is None else agent_asgi.parse(body, Registration)
+    if data is None or data["node"] != credential[1][0]:
+        return messages
+    address = agent_asgi.peer_address(scope)
+    try:
+        answer = await agent_asgi.run(agent_asgi.register, credential[0], data, address)
+    except (OperationalError, InterfaceError):
+        await _outage(send)
         return None
     if answer is None:
         return messages

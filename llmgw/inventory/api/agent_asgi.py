@@ -1,0 +1,121 @@
+"""POST /api/agent/v1/join and /register before Django, as the heartbeat is
+(heartbeat_asgi).
+
+A fleet starting at once joins and registers every node within a minute.
+Through Django each of these cost twice what the join or the registration
+itself does: a new thread per request, the middleware, URL resolution and
+DRF's dispatch. Here the body is read straight from ASGI, checked exactly
+as JoinView and RegisterView check it (the strict reader, then the
+protocol's struct), and the same service is called in a thread of a small
+pool of this process's, entered through sync_to_async as a request is.
+
+Only the plain case is served here. Everything else (a client certificate,
+no or a malformed credential, a body over the agent limit, one the strict
+reader or the protocol refuses, another node's name, a credential that
+authenticates nobody) is handed to Django, body and all, before anything is
+written, where the views answer exactly as they always have: 401, 413, 400
+naming every bad field, 403 with its audit record. A join refused by the
+service (the token unknown, used or expired) is answered here as JoinView
+answers it, since the service has already recorded the refusal.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import msgspec
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections, connection
+from llmgw_agent.protocol.messages import Joined, Message
+
+from llmgw.inventory import credentials, services
+from llmgw.validation import Refused, loads
+
+Scope = dict[str, Any]
+T = TypeVar("T")
+
+JOIN = "/api/agent/v1/join"
+REGISTER = "/api/agent/v1/register"
+# Joins and registrations served at once by one web process; more wait
+# their turn here rather than each holding a thread and a connection.
+THREADS = 4
+
+_threads: ThreadPoolExecutor | None = None
+
+
+async def run(work: Callable[..., T], *args: Any) -> T:
+    """`work(*args)` in this process's agent threads, bracketed as Django
+    brackets a request: its connection comes from the pool and goes back."""
+    global _threads
+    if _threads is None:
+        _threads = ThreadPoolExecutor(THREADS, thread_name_prefix="llmgw-agent")
+
+    def bracketed() -> T:
+        close_old_connections()
+        try:
+            return work(*args)
+        finally:
+            connection.close()
+
+    return await sync_to_async(bracketed, thread_sensitive=False, executor=_threads)()
+
+
+def parse(body: bytes, kind: type[Message]) -> dict[str, Any] | None:
+    """The body as the view reads it (llmgw.validation.loads, then the
+    protocol's struct), as plain data; None wherever the view would refuse."""
+    try:
+        raw = loads(body)
+    except Refused:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    try:
+        data: dict[str, Any] = msgspec.to_builtins(msgspec.convert(raw, kind))
+    except msgspec.ValidationError:
+        return None
+    return data
+
+
+def credential_of(scope: Scope) -> tuple[str, tuple[str, str]] | None:
+    """The node credential of a request that came without a client
+    certificate (which Django's authentication decides), and its (name,
+    secret); None for anything else."""
+    tls = (scope.get("extensions") or {}).get("tls") or {}
+    if tls.get("client_cert_chain"):
+        return None
+    headers = dict(scope.get("headers") or [])
+    scheme, _, credential = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+    parts = credentials.split_credential(credential) if scheme == "Node" else None
+    return None if parts is None else (credential, parts)
+
+
+def peer_address(scope: Scope) -> str | None:
+    """As agent_views.peer_address reads REMOTE_ADDR, which Django takes
+    from the scope's client (after uvicorn's trusted proxy headers)."""
+    client = scope.get("client") or ("",)
+    try:
+        return str(ipaddress.ip_address(client[0] or ""))
+    except ValueError:
+        return None
+
+
+def join(data: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """JoinView's answer: the credential, or the refusal the service recorded."""
+    try:
+        credential = services.join(data["node"], data["token"])
+    except services.InventoryError as exc:
+        return 403, {"errors": {"token": [str(exc)]}}
+    return 200, msgspec.to_builtins(Joined(node=data["node"], credential=credential))
+
+
+def register(credential: str, data: dict[str, Any], address: str | None) -> dict[str, Any] | None:
+    """RegisterView's answer; None, having written nothing, when the
+    credential authenticates no node (Django answers that 401)."""
+    node = services.authenticate(credential)
+    if node is None or node.name != data["node"]:
+        return None
+    node = services.register(node, data, address)
+    return {"node": node.name, "state": services.effective_state(node)}
