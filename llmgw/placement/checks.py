@@ -153,7 +153,13 @@ class NodeState:
             return 0
         if not self.islands:
             return len(free)
-        return max(sum(1 for i in free if i in island) for island in self.islands)
+        # Counted in C: every placement and release asks it of its node.
+        best = 0
+        for island in self.islands:
+            here = sum(map(island.__contains__, free))
+            if here > best:
+                best = here
+        return best
 
 
 # A spread score packs the model's replicas in each spread level, largest

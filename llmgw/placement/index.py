@@ -79,11 +79,14 @@ class Grid:
 
     def add(self, ordinal: int, shape: tuple[int, int]) -> None:
         count, island = shape
-        try:
-            cell = self.cells[count][island]
-        except IndexError:
-            cell = self.cell(count, island)
-        insort(cell, ordinal)
+        cells = self.cells
+        # Tested rather than caught: a small grid (one group's, spread.py)
+        # often grows a row it trimmed, and a raised IndexError costs more
+        # than the insort.
+        if count < len(cells) and island < len(cells[count]):
+            insort(cells[count][island], ordinal)
+        else:
+            insort(self.cell(count, island), ordinal)
         self.sizes[count] += 1
 
     def best_fit(

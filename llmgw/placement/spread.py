@@ -217,7 +217,8 @@ class Spread:
             rows = len(grid.sizes)
             if rows > gps:
                 same.append((g, grid))
-                top = max(top, rows)
+                if rows > top:
+                    top = rows
         return _best(same, top, self.first, nodes, p) if same else None
 
 
