@@ -155,6 +155,22 @@ def refuse_impersonation(node: Node, claimed: object, path: str) -> None:
 # --- agent reports ----------------------------------------------------------
 
 
+# The Node columns a registration sets (and imex, when it brings one).
+_REGISTERED = (
+    *REGISTERED_FIELDS,
+    *SYSTEM_TEXT_FIELDS,
+    "address",
+    "cpus",
+    "memory_total_bytes",
+    "cpu_flags",
+    "features",
+    "agent_labels",
+    "fabrics",
+    "registered_at",
+    "gpu_topology",
+)
+
+
 @transaction.atomic
 def register(node: Node, data: dict[str, Any], address: str | None) -> Node:
     """Store what the agent says the node is, and `address`, where the
@@ -178,7 +194,9 @@ def register(node: Node, data: dict[str, Any], address: str | None) -> Node:
     node.gpu_topology = data.get("gpu_topology")
     if "imex" in data:
         node.imex = data["imex"]
-    node.save()
+    # Only what is set above: the row is locked, so the rest would be
+    # written back unchanged, each JSON column serialized again to do it.
+    node.save(update_fields=[*_REGISTERED, *(["imex"] if "imex" in data else [])])
     gpus.register(node, data.get("gpus") or [])
     for hook in sections.registration_hooks():
         hook(node)
