@@ -63,8 +63,21 @@ class Grid:
         return row[island]
 
     def move(self, ordinal: int, old: tuple[int, int], new: tuple[int, int]) -> None:
-        self.remove(ordinal, old)
-        self.add(ordinal, new)
+        """remove then add, in one call: every placement moves its node in
+        the grids of each kind and spread that holds it."""
+        cells, sizes = self.cells, self.sizes
+        cell = cells[old[0]][old[1]]
+        del cell[bisect_left(cell, ordinal)]
+        sizes[old[0]] -= 1
+        count, island = new
+        if count < len(cells) and island < len(cells[count]):
+            insort(cells[count][island], ordinal)
+        else:
+            insort(self.cell(count, island), ordinal)
+        sizes[count] += 1
+        while sizes and not sizes[-1]:
+            sizes.pop()
+            cells.pop()
 
     def remove(self, ordinal: int, shape: tuple[int, int]) -> None:
         cell = self.cells[shape[0]][shape[1]]

@@ -273,16 +273,24 @@ def build(
         # A fleet naming no domains (or one of each) is one group.
         base[0] = e.grid.copy()
     else:
+        # Each group's rows as wide as the kind's: a node moving to a shape
+        # some node of the kind has finds its cell there.
+        widths = [len(row) for row in e.grid.cells]
         of = groups.of
+        split: dict[int, list[list[list[int]]]] = {}
         for count, row in enumerate(e.grid.cells):
             for island, cell in enumerate(row):
                 for o in cell:
-                    grid = base.get(of[o])
-                    if grid is None:
-                        grid = base[of[o]] = Grid()
-                    grid.cell(count, island).append(o)
-        for grid in base.values():
-            grid.sizes = [sum(map(len, row)) for row in grid.cells]
+                    cells = split.get(of[o])
+                    if cells is None:
+                        cells = split[of[o]] = [[[] for _ in range(k)] for k in widths]
+                    cells[count][island].append(o)
+        for g, cells in split.items():
+            grid = base[g] = Grid()
+            grid.cells, grid.sizes = cells, [sum(map(len, row)) for row in cells]
+            while grid.sizes and not grid.sizes[-1]:
+                grid.sizes.pop()
+                cells.pop()
     for g, grid in base.items():
         if grid.sizes:
             key = (g, 0, True)
@@ -337,5 +345,4 @@ def applied(
             mine_here = mine.get(o, 0) if mine else 0
             key = (g, mine_here, m not in holds) if mine_here or holds else plain
             grid = spread.grids[key] if key in spread.owned else spread.grid(key)
-            grid.remove(o, old)
-            grid.add(o, new)
+            grid.move(o, old, new)
