@@ -261,8 +261,11 @@ def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: 
     # Locked and compared again: two heartbeats of one node racing must not
     # both replace its filesystems, and a node revoked since the UPDATE
     # above authenticated it must not be marked Ready.
-    node = Node.objects.select_for_update().filter(pk=pk).first()
-    if node is None:
+    try:
+        # get(), not first(): one row by its key needs no ORDER BY, which
+        # was a third of what building this query cost.
+        node = Node.objects.select_for_update().get(pk=pk)
+    except Node.DoesNotExist:
         return
     changes: dict[str, Any] = {}
     for section in sections.registered():
