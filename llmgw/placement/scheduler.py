@@ -158,8 +158,8 @@ class Inventory:
         replica was released), as a fresh Inventory would index them,
         re-indexing only those nodes and, for the models whose counts change,
         their groups' tiers (spread.py): what-if fails each rack of a large
-        fleet in turn. Where a node sits and what
-        weights it holds must not change."""
+        fleet in turn. Where a node sits and what weights it holds must not
+        change."""
         self._materialize()
         changed: list[tuple[NodeState, NodeState]] = []
         for v in views:
