@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from llmgw.locations import label as level_label
 from llmgw.units import format_bytes_pair
 
 from . import power
-from .types import READY, SPREAD_LEVELS, NodeView, Profile, Reason, in_use, level_label
+from .types import READY, SPREAD_LEVELS, NodeView, Profile, Reason, in_use
 
 Refusal = tuple[Reason, str]
 

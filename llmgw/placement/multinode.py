@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmgw.locations import label as level_label
+
 from . import power
 from .checks import NodeState, Refusal, Replicas, fabric_adapters, plural
-from .types import Profile, Reason, level_label
+from .types import Profile, Reason
 
 Candidate = tuple[NodeState, tuple[int, ...]]
 Option = tuple[tuple[object, ...], str, list[Candidate]]

@@ -19,24 +19,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from llmgw.locations import label as level_label
 from llmgw.locations import location
 from llmgw.units import GiB
 
 READY = "Ready"
 # The node label naming its rack: replicas of one model spread over racks too.
-RACK = "llmgw.io/rack"
-# Facility levels a node names with llmgw.io/<level> labels: the tree site >
-# room > row > rack, and the PDU beside it (a rack may have two).
-LEVELS = ("site", "room", "row", "rack", "pdu")
+RACK = level_label("rack")
 # What a model's replicas spread over, largest first: one breaker trip or
 # one rack's switch failing must not take every replica with it.
 SPREAD_LEVELS = ("room", "row", "rack", "pdu")
 # What a multi-node replica may be kept inside (Profile.keep_within).
 KEEP_WITHIN = ("rack", "row", "room")
-
-
-def level_label(level: str) -> str:
-    return f"llmgw.io/{level}"
 
 
 def location_of(labels: Mapping[str, str]) -> str:

@@ -19,16 +19,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from llmgw.locations import LABEL_PREFIX, LEVELS
+
 from .power import DomainPower
 from .scheduler import Inventory, apply_to_views
 from .types import Decision, NodeView, Placement, Profile, Shard, gc_paused
 
 # What a node that stopped reporting is, as the inventory says it.
 FAILED_STATE = "NotReady"
-# The facility levels a domain is named by, from the node labels
-# llmgw.io/site ... llmgw.io/pdu.
-LEVELS = ("site", "room", "row", "rack", "pdu")
-LABEL_PREFIX = "llmgw.io/"
 # What `whatif sweep` fails one at a time.
 SWEPT = ("rack", "pdu")
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmgw.locations import label as level_label
 from llmgw.placement.checks import NodeState, pick_gpus, shard_refusal
 from llmgw.placement.scheduler import Inventory, apply_to_views
-from llmgw.placement.types import SPREAD_LEVELS, GpuView, NodeView, Profile, level_label
+from llmgw.placement.types import SPREAD_LEVELS, GpuView, NodeView, Profile
 from llmgw.units import GiB
 
 MODELS = ["m0", "m1", "m2"]
