@@ -26,6 +26,8 @@ from typing import Any
 import httpx
 import psutil
 
+from bench.figures import percentile
+
 ROOT = Path(__file__).resolve().parent.parent
 AGENT_API = "/api/agent/v1"
 PAINTED = "performance.getEntriesByName('first-contentful-paint').length > 0"
@@ -67,11 +69,6 @@ class Probe:
     credential: str
     registration: bytes
     beats: list[bytes]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 # --- processes --------------------------------------------------------------

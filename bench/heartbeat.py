@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -48,6 +47,7 @@ from django.db import close_old_connections, connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from bench.figures import percentile  # noqa: E402
 from bench.fleet_measure import cpu_seconds  # noqa: E402
 from llmgw.accounts import hashing  # noqa: E402
 from llmgw.inventory import heartbeats, services  # noqa: E402
@@ -172,10 +172,6 @@ async def measure(
     }
 
 
-def percentile(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
-
-
 def report(args: argparse.Namespace, result: dict[str, Any], unchanged: tuple[int, int]) -> None:
     lat, n = result["latencies"], len(result["latencies"])
     rate = n / result["elapsed"]
@@ -186,8 +182,8 @@ def report(args: argparse.Namespace, result: dict[str, Any], unchanged: tuple[in
         f"PostgreSQL and Redis, {os.cpu_count()} cores shared with the load generator"
     )
     print(
-        f"heartbeats/s {rate:.0f}   p50 {percentile(lat, 50) * 1e3:.1f} ms   "
-        f"p99 {percentile(lat, 99) * 1e3:.1f} ms   ({n} answered, {result['failed']} failed)"
+        f"heartbeats/s {rate:.0f}   p50 {percentile(lat, 0.5) * 1e3:.1f} ms   "
+        f"p99 {percentile(lat, 0.99) * 1e3:.1f} ms   ({n} answered, {result['failed']} failed)"
     )
     statements, size = unchanged
     print(
@@ -210,7 +206,7 @@ def report(args: argparse.Namespace, result: dict[str, Any], unchanged: tuple[in
         f"that is {web + postgres + generator:.3f} ms of CPU a heartbeat: two idle cores "
         f"would carry about {2000 / (web + postgres + generator):,.0f}/s"
     )
-    p99 = percentile(lat, 99)
+    p99 = percentile(lat, 0.99)
     met = rate >= 1000 and p99 < 0.25 and statements / size <= 3
     print(f"target 1000/s, p99 < 250 ms, <= 3 statements: {'met' if met else 'not met'}")
 

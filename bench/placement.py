@@ -35,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.figures import percentile  # noqa: E402
 from llmgw.placement.checks import NodeState, pick_gpus, shard_refusal  # noqa: E402
 from llmgw.placement.scheduler import Inventory, apply_to_views  # noqa: E402
 from llmgw.placement.types import RACK, Decision, GpuView, NodeView, Profile, Shard  # noqa: E402
@@ -148,11 +149,6 @@ def naive_place(model: str, profiles: Sequence[Profile], views: list[NodeView]) 
 # -- measuring ---------------------------------------------------------------
 
 
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def run_size(size: int, decisions: int, peer_decisions: int) -> dict[str, float]:
     views = fleet(size)
     t0 = time.perf_counter()
@@ -231,13 +227,13 @@ def run_size(size: int, decisions: int, peer_decisions: int) -> dict[str, float]
         f"  decisions/s           {1 / mean:10,.0f}   ({decisions / cpu_s:,.0f} by CPU time, apply included)"
     )
     print(
-        f"  p50 / p99 per decision {pct(times, 0.5) * 1e6:7.1f} us / {pct(times, 0.99) * 1e6:.1f} us"
+        f"  p50 / p99 per decision {percentile(times, 0.5) * 1e6:7.1f} us / {percentile(times, 0.99) * 1e6:.1f} us"
     )
     print(
         "  (the mean includes the first decision of each kind of profile,"
         " which indexes the fleet for that kind once)"
     )
-    print(f"  apply p50             {pct(apply_times, 0.5) * 1e6:8.1f} us")
+    print(f"  apply p50             {percentile(apply_times, 0.5) * 1e6:8.1f} us")
     print(
         f"  full refusal explanation {min(explain) * 1e3:6.1f} ms best, "
         f"{statistics.median(explain) * 1e3:.1f} ms median, "

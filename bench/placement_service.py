@@ -21,6 +21,8 @@ import statistics
 import time
 from typing import Any
 
+from bench.figures import percentile
+
 TARGET_RATE = 200.0
 TARGET_P50_S = 0.010
 TARGET_EXPLAIN_S = {5_000: 0.150, 20_000: 0.250}
@@ -151,11 +153,6 @@ def store_fleet(size: int, seed: int = 7) -> None:
 WORKLOAD = ("tp1", "tp2", "tp8-or-tp4", "coding")
 
 
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def timed_explain(model: str, runs: int = 3) -> float:
     from llmgw.serving import placing
 
@@ -227,8 +224,8 @@ def run_size(size: int, placements: int) -> dict[str, Any]:
         "placements": placements,
         "placed": placed,
         "rate": placements / total,
-        "p50": pct(times, 0.5),
-        "p99": pct(times, 0.99),
+        "p50": percentile(times, 0.5),
+        "p99": percentile(times, 0.99),
         "cpu": cpu,
         "explain": explain_placed,
         "explain_refused": explain_refused_s,
