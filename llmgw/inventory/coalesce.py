@@ -13,9 +13,9 @@ Writes run in one thread of their own with its own database connection,
 so the event loop never waits on SQL and batches never interleave. A
 heartbeat whose sections changed (every node's first, a joining fleet's
 all at once) is then stored durably in its node's own transaction: those
-run several at once in threads of their own, so they neither queue one
-behind the other nor hold up the batches of everyone else's heartbeats.
-Each runs under its node's row lock and compares the digests again there,
+run several at once (half the connection pool's worth) in threads of
+their own, so they neither queue one behind the other nor hold up the
+batches of everyone else's heartbeats. Each runs under its node's row lock and compares the digests again there,
 so two heartbeats of one node never both store a section.
 
 Both kinds of thread are entered through sync_to_async, so an event sent
@@ -34,6 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import close_old_connections, connection
 
 from llmgw.inventory import heartbeats
@@ -70,12 +71,16 @@ class Coalescer:
         tick_s: float = 0.05,
         max_batch: int = 1000,
         store: Store = _store,
-        durable_threads: int = 4,
+        durable_threads: int | None = None,
     ) -> None:
         self.tick_s = tick_s
         self.max_batch = max_batch
         self.store = store
-        self.durable_threads = durable_threads
+        # Half the process's connection pool: the batch writer, the
+        # requests and the command streams share the rest. With all eight
+        # of the default pool, the batch writer waited for a connection
+        # most of the time and the fleet's plain heartbeats fell behind.
+        self.durable_threads = durable_threads or max(1, settings.DATABASE_POOL_MAX // 2)
         self._waiting: list[tuple[heartbeats.Incoming, asyncio.Future[Answer]]] = []
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None

@@ -133,3 +133,37 @@ def test_the_coalescer_hands_a_failed_write_to_every_heartbeat_of_the_batch():
         )
 
     assert [type(e) for e in asyncio.run(main())] == [ConnectionError, ConnectionError]
+
+
+def test_the_coalescer_answers_a_durable_heartbeat_once_its_store_has_run():
+    """A heartbeat whose sections changed is answered after its own durable
+    store, in its own thread, while the others of its batch are answered at
+    once; a durable store that fails fails its heartbeat alone."""
+    stored: list[str] = []
+
+    def durable(name: str) -> heartbeats.Durable:
+        def store() -> None:
+            if name == "bad":
+                raise ConnectionError("the database went away")
+            stored.append(name)
+
+        return heartbeats.Durable({"node": name}, store)
+
+    def store(batch: list[Any]) -> list[Any]:
+        return [durable(n) if n in ("new", "bad") else {"node": n} for n, *_ in batch]
+
+    async def main() -> list[Any]:
+        coalescer = Coalescer(tick_s=0.01, store=store, durable_threads=2)
+        at = timezone.now()
+        answers = asyncio.gather(
+            *(coalescer.submit(n, "h", {}, at) for n in ("old", "new", "bad")),
+            return_exceptions=True,
+        )
+        out = await answers
+        await coalescer.close()
+        return out
+
+    old, new, bad = asyncio.run(main())
+    assert old == {"node": "old"} and new == {"node": "new"}
+    assert isinstance(bad, ConnectionError)
+    assert stored == ["new"]
