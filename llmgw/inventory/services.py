@@ -44,17 +44,32 @@ def _audit(node_name: str, actor: str, action: str, detail: str = "") -> None:
 # `node` is checked against; the console and the API put the name in their
 # URLs. A node added under another name could never join.
 NODE_NAME = re.compile(NAME)
+# Names the node API's own routes take: /api/v1/nodes/summary is the fleet's
+# summary, so a node of that name could never be read by its name.
+RESERVED_NAMES = frozenset({"summary"})
+
+
+def _name_refusal(name: str) -> str | None:
+    if not NODE_NAME.match(name):
+        return (
+            f"node name {name!r} is refused: an agent reports as letters, digits, '.', '_' "
+            f"and '-', starting with a letter or a digit, 253 characters at most"
+            + (f" (this one has {len(name)})" if len(name) > 253 else "")
+        )
+    if name in RESERVED_NAMES:
+        return (
+            f"node name {name!r} is refused: /api/v1/nodes/{name} is the fleet's {name}, "
+            "so the node could not be read by its name"
+        )
+    return None
 
 
 @transaction.atomic
 def add_node(name: str, actor: str) -> str:
     """Create (or re-open) a node and return its one-time join token."""
-    if not NODE_NAME.match(name):
-        raise InventoryError(
-            f"node name {name!r} is refused: an agent reports as letters, digits, '.', '_' "
-            f"and '-', starting with a letter or a digit, 253 characters at most"
-            + (f" (this one has {len(name)})" if len(name) > 253 else "")
-        )
+    refusal = _name_refusal(name)
+    if refusal is not None:
+        raise InventoryError(refusal)
     node, _ = Node.objects.select_for_update().get_or_create(name=name)
     if node.credential_hash and not node.revoked_at:
         raise InventoryError(f"node {name} has already joined; revoke it first to re-join")
@@ -77,8 +92,9 @@ def add_nodes(names: list[str], actor: str) -> dict[str, str]:
         taken = set(Node.objects.filter(name__in=names).values_list("name", flat=True))
         fresh = [name for name in dict.fromkeys(names) if name not in taken]
         for name in fresh:
-            if not NODE_NAME.match(name):
-                add_node(name, actor)  # raises, naming what is wrong with it
+            refusal = _name_refusal(name)
+            if refusal is not None:
+                raise InventoryError(refusal)
         tokens = {name: credentials.new_secret() for name in fresh}
         expires = timezone.now() + timedelta(seconds=settings.JOIN_TOKEN_TTL_S)
         Node.objects.bulk_create(

@@ -34,3 +34,17 @@ def test_one_refusal_adds_none(make_node, db, bad):
     with pytest.raises(services.InventoryError, match=bad):
         services.add_nodes(["sim-a", bad, "sim-b"], "simulator")
     assert not Node.objects.filter(name__in=["sim-a", "sim-b"]).exists()
+
+
+def test_a_name_the_node_api_takes_for_itself_is_refused(db):
+    # /api/v1/nodes/summary is the fleet's summary: a node named so could
+    # never be read at /api/v1/nodes/NAME.
+    for add in (
+        lambda: services.add_node("summary", "test"),
+        lambda: services.add_nodes(["sim-a", "summary"], "simulator"),
+    ):
+        with pytest.raises(
+            services.InventoryError, match="'summary' is refused: /api/v1/nodes/summary"
+        ):
+            add()
+    assert not Node.objects.exists()
