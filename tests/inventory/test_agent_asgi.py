@@ -5,7 +5,6 @@ handed to Django with its body intact and nothing written."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -14,8 +13,8 @@ from llmgw_agent.protocol import SCHEMA
 
 from llmgw.inventory import services
 from llmgw.inventory.api.agent_asgi import JOIN, REGISTER
-from llmgw.inventory.api.heartbeat_asgi import heartbeats_first
 from llmgw.inventory.models import AuditEvent, Gpu, Node
+from tests.inventory.lean_path import post
 from tests.payloads import registration
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -24,52 +23,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def call(
     path: str, body: bytes, credential: str = "", chunks: int = 1, **scope: Any
 ) -> dict[str, Any]:
-    """One request through heartbeats_first in front of a stand-in for
-    Django that records what it was handed."""
-    handed: list[bytes] = []
-    sent: list[dict[str, Any]] = []
-
-    async def django(scope: Any, receive: Any, send: Any) -> None:
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-        handed.append(body)
-
-    async def main() -> None:
-        app = heartbeats_first(django)
-        size = max(1, -(-len(body) // chunks))
-        parts = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
-        messages = [
-            {"type": "http.request", "body": part, "more_body": i < len(parts) - 1}
-            for i, part in enumerate(parts)
-        ]
-
-        async def receive() -> dict[str, Any]:
-            return messages.pop(0) if messages else {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ]
-        if credential:
-            headers.append((b"authorization", credential.encode()))
-        request = {
-            "type": "http",
-            "path": path,
-            "method": "POST",
-            "headers": headers,
-            "client": ("10.1.2.3", 40000),
-            **scope,
-        }
-        await app(request, receive, send)
-
-    asyncio.run(main())
-    return {"handed": handed, "sent": sent}
+    headers = [(b"content-type", b"application/json")]
+    if credential:
+        headers.append((b"authorization", credential.encode()))
+    return post(path, body, headers, chunks, client=("10.1.2.3", 40000), **scope)
 
 
 def answered(done: dict[str, Any]) -> tuple[int, Any]:

@@ -4,17 +4,16 @@ its body intact and nothing written."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import pytest
 
 from llmgw.inventory import services
-from llmgw.inventory.api.heartbeat_asgi import PATH, heartbeats_first
-from llmgw.inventory.coalesce import Coalescer
+from llmgw.inventory.api.heartbeat_asgi import PATH
 from llmgw.inventory.models import Node
 from llmgw.serving import desired
+from tests.inventory.lean_path import post
 from tests.payloads import heartbeat, registration
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,46 +22,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def call(
     body: bytes, credential: str, chunks: int = 1, scheme: str = "Node", **scope: Any
 ) -> dict[str, Any]:
-    """One request through heartbeats_first in front of a stand-in for
-    Django that records what it was handed."""
-    handed: list[bytes] = []
-    sent: list[dict[str, Any]] = []
-
-    async def django(scope: Any, receive: Any, send: Any) -> None:
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-        handed.append(body)
-
-    async def main() -> None:
-        coalescer = Coalescer(tick_s=0.0)
-        app = heartbeats_first(django, coalescer)
-        size = max(1, -(-len(body) // chunks))
-        parts = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
-        messages = [
-            {"type": "http.request", "body": part, "more_body": i < len(parts) - 1}
-            for i, part in enumerate(parts)
-        ]
-
-        async def receive() -> dict[str, Any]:
-            return messages.pop(0) if messages else {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        headers = [
-            (b"authorization", f"{scheme} {credential}".encode()),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ]
-        request = {"type": "http", "path": PATH, "method": "POST", "headers": headers, **scope}
-        await app(request, receive, send)
-        await coalescer.close()
-
-    asyncio.run(main())
-    return {"handed": handed, "sent": sent}
+    headers = [
+        (b"authorization", f"{scheme} {credential}".encode()),
+        (b"content-type", b"application/json"),
+    ]
+    return post(PATH, body, headers, chunks, **scope)
 
 
 @pytest.fixture
