@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from llmgw_agent.collectors.gpu import collect_gpus
 
 from llmgw.catalog import services as catalog
 from llmgw.catalog.models import Model
 from llmgw.inventory import services as inventory
 from llmgw.inventory.models import Gpu, Node
+from llmgw.placement.snapshot import node_views
 from llmgw.serving import desired, placing, warm
 from llmgw.serving.models import GpuClaim, Replica, Shard
 from tests.inventory.test_gpus import H100, join_with_gpus
@@ -161,6 +163,33 @@ def test_a_node_that_stops_heartbeating_is_not_ready_for_the_next_placement(dgx)
     assert "dgx-1 is NotReady" in words("one")
     assert agent.post("heartbeat", heartbeat("dgx-1", **collect_gpus(roots))).status_code == 200
     assert placing.place_replica("one")[0] is not None
+
+
+def test_a_node_beating_past_its_first_deadline_is_not_read_again(dgx):
+    # Every node's deadline comes due once per grace period; a node that
+    # beat since (its wear with it, which no view reads) is as it was.
+    agent, roots = dgx
+    Node.objects.filter(name="dgx-1").update(heartbeat_interval_s=1)
+    assert placing.dry_run("one").decision is not None
+    reads = warm.FLEET.reads
+    for _ in range(4):
+        time.sleep(1)
+        sample = collect_gpus(roots)
+        assert agent.post("heartbeat", heartbeat("dgx-1", **sample)).status_code == 200
+        assert placing.dry_run("one").decision is not None
+    assert Node.objects.get(name="dgx-1").wear_reported_at is not None
+    assert warm.FLEET.reads == reads
+
+
+def test_reading_the_fleet_leaves_out_what_no_view_reads(dgx):
+    with CaptureQueriesContext(connection) as seen:
+        views = node_views()
+    assert [v.name for v in views] == ["dgx-1"] and len(views[0].gpus) == 8
+    sql = [q["sql"] for q in seen.captured_queries]
+    # The desired state (tens of KB a GPU node) is never loaded, and no
+    # column left out is fetched afterwards one node at a time.
+    assert not [q for q in sql if '"desired"' in q]
+    assert not [q for q in sql if 'WHERE "inventory_node"."id" = ' in q]
 
 
 def test_own_placements_are_applied_in_memory_and_never_hand_out_a_card_twice(dgx):
