@@ -169,9 +169,14 @@ def test_explain_says_when_it_was_made_and_that_its_replica_was_released(
     fleet, api, django_assert_num_queries
 ):
     fleet("n31", 31)
-    replica = api.post("/api/v1/models/small-cpu/place").json()["replica"]
-    # The record, its replica, the model and its profiles, and the warm
-    # fleet's one look at what changed: its nodes are judged on read.
+    placed = api.post("/api/v1/models/small-cpu/place").json()
+    replica = placed["replica"]
+    # The answer says where, and leaves every node's reason to explain.
+    assert placed["reasons_on_read"] and placed["lines"][-1].endswith("ctl explain small-cpu")
+    # The first explain reads again the node the placement changed in the
+    # warm fleet's memory. After it: the record, its replica, the model and
+    # its profiles, and the warm fleet's one look at what changed.
+    api.get("/api/v1/models/small-cpu/explain")
     with django_assert_num_queries(8):
         live = api.get("/api/v1/models/small-cpu/explain").json()
     assert live["placed_replica"] == {"id": replica, "state": "pending", "released": False}

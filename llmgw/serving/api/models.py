@@ -100,10 +100,14 @@ class ModelViewSet(ActionRoles, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def place(self, request: Request, name: str) -> Response:
         """Place one more replica now, held: always_running rises to count it
-        (the answer says so), so the reconciler keeps it."""
+        (the answer says so), so the reconciler keeps it. A refusal names
+        every node's reason; a placement names where, and explain the rest."""
         self.get_object()
         replica, result, counts = serving.place_by_hand(name)
-        data = placement.explanation_data(result)
+        # A refusal says why on every node at once; a placement says where,
+        # and leaves every node's reason to explain: judging 5,000 nodes
+        # cost as much as the placement itself, on every one.
+        data = placement.explanation_data(result, reasons=replica is None)
         code = status.HTTP_201_CREATED if replica else status.HTTP_409_CONFLICT
         return Response(
             {
