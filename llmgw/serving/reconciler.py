@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from llmgw.catalog.models import Model
-from llmgw.serving import draining, lost, placing
+from llmgw.serving import draining, lost, placing, warm
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import HeldState, Replica
 
@@ -127,6 +127,8 @@ def _reconcile(model: Model, now: datetime) -> dict[str, Any]:
     # Held domains being drained: one replica moved at a time (draining.py).
     live = draining.step(model, live, done)
     wanted = target(model, len(live), now)
+    if len(live) < wanted:
+        warm.FLEET.look()
     while len(live) + len(done["placed"]) < wanted:
         replica, result = placing.place_replica(model.name)
         if replica is None:

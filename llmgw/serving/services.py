@@ -14,7 +14,7 @@ from llmgw.facility import services as facility
 from llmgw.placement import services as placement
 from llmgw.placement.services import PlacementError
 from llmgw.placement.types import Placement
-from llmgw.serving import desired, placing
+from llmgw.serving import desired, placing, warm
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import Replica
 
@@ -64,6 +64,7 @@ def place_by_hand(name: str) -> tuple[Replica | None, Placement, dict[str, Any]]
     always_running instead: raised to the replicas that now run when it is
     below them, in the same transaction as the placement, so no tick sees
     the replica without the count that holds it."""
+    warm.FLEET.look()
     with transaction.atomic():
         try:
             # NO KEY UPDATE: placing inserts rows that reference the model,

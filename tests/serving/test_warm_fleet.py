@@ -25,6 +25,7 @@ from llmgw.inventory import services as inventory
 from llmgw.inventory.models import Gpu, Node
 from llmgw.placement.snapshot import node_views
 from llmgw.serving import desired, placing, warm
+from llmgw.serving import services as serving
 from llmgw.serving.models import GpuClaim, Replica, Shard
 from tests.inventory.test_gpus import H100, join_with_gpus
 from tests.payloads import heartbeat, registration
@@ -190,6 +191,22 @@ def test_reading_the_fleet_leaves_out_what_no_view_reads(dgx):
     # column left out is fetched afterwards one node at a time.
     assert not [q for q in sql if '"desired"' in q]
     assert not [q for q in sql if 'WHERE "inventory_node"."id" = ' in q]
+
+
+def test_a_cold_fleet_is_read_before_placing_by_hand_locks_anything(dgx, monkeypatch):
+    # Read under the model's row lock, 5,000 nodes kept every other placer
+    # waiting until their statement timeouts failed them.
+    warm.FLEET.reset()
+    inside: list[bool] = []
+    load = warm.FLEET._load_all
+
+    def spy() -> None:
+        inside.append(connection.in_atomic_block)
+        load()
+
+    monkeypatch.setattr(warm.FLEET, "_load_all", spy)
+    replica, _, _ = serving.place_by_hand("one")
+    assert replica is not None and inside == [False]
 
 
 def test_own_placements_are_applied_in_memory_and_never_hand_out_a_card_twice(dgx):
