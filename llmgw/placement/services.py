@@ -174,11 +174,11 @@ def judged(
     return Placement(model, decision, Explanation(model, attempts, sources))
 
 
-def explanation_data(placement: Placement, reasons: bool = True) -> dict[str, Any]:
-    """`reasons`: judge every node for the profiles tried. Without, the
+def explanation_data(placement: Placement, judge_nodes: bool = True) -> dict[str, Any]:
+    """`judge_nodes`: judge every node for the profiles tried. Without, the
     decision and its attempts only, and a line saying where every node's
     reason is read (explain judges them then)."""
-    grouped = placement.explanation.by_reason() if reasons else {}
+    grouped = placement.explanation.by_reason() if judge_nodes else {}
     attempts = []
     for profile, priority, placed in placement.explanation.attempts:
         reasons = [
@@ -203,7 +203,7 @@ def explanation_data(placement: Placement, reasons: bool = True) -> dict[str, An
     text = "\n".join(attempt_lines(data))
     data["text"] = f"{data['route']}\n{text}" if data["route"] else text
     data["lines"] = lines(data)
-    if not reasons:
+    if not judge_nodes:
         data["reasons_on_read"] = True
         data["lines"].append(f"every node's reason: llmgw ctl explain {placement.model}")
     return data

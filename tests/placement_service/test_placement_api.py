@@ -165,6 +165,15 @@ def test_parallel_placement_never_hands_out_a_gpu_or_gigabyte_twice(fleet):
     assert per_node == {"cpu-1": 2, "gpu-1": 4}
 
 
+def test_explain_with_no_node_refused_does_not_send_the_reader_to_explain(fleet, api):
+    fleet("n31", 31)
+    assert api.post("/api/v1/models/small-cpu/place").status_code == 201
+    explained = api.get("/api/v1/models/small-cpu/explain").json()
+    assert explained["attempts"][0]["reasons"] == []
+    assert "reasons_on_read" not in explained
+    assert not [line for line in explained["lines"] if line.startswith("every node's reason")]
+
+
 def test_explain_says_when_it_was_made_and_that_its_replica_was_released(
     fleet, api, django_assert_num_queries
 ):

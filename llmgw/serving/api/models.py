@@ -107,7 +107,7 @@ class ModelViewSet(ActionRoles, viewsets.GenericViewSet):
         # A refusal says why on every node at once; a placement says where,
         # and leaves every node's reason to explain: judging 5,000 nodes
         # cost as much as the placement itself, on every one.
-        data = placement.explanation_data(result, reasons=replica is None)
+        data = placement.explanation_data(result, judge_nodes=replica is None)
         code = status.HTTP_201_CREATED if replica else status.HTTP_409_CONFLICT
         return Response(
             {
