@@ -266,19 +266,15 @@ class WarmFleet:
         # nearly every one has beaten since: its view is as it was, only its
         # deadline moves. Read again, all 5,000 a process had not looked at
         # for half a minute cost it seconds before it could place.
-        moved = self._moved_deadlines(due, now)
-        out = due - moved.keys()
-        for pk, deadline in moved.items():
-            heapq.heappush(self.deadlines, (deadline, pk))
-            self.deadline_of[pk] = deadline
-        if self.lapsed:
-            back = self._ready(self.lapsed, now)
-            out |= back
-            self.lapsed -= back
-        return out
-
-    def _ready(self, pks: Iterable[int], now: datetime) -> set[int]:
-        return set(self._moved_deadlines(pks, now))
+        # One query for them and for the lapsed nodes a heartbeat may have
+        # brought back (those are read again: their views say NotReady).
+        moved = self._moved_deadlines(due | self.lapsed, now)
+        back = self.lapsed & moved.keys()
+        self.lapsed -= back
+        for pk in (due & moved.keys()) - back:
+            heapq.heappush(self.deadlines, (moved[pk], pk))
+            self.deadline_of[pk] = moved[pk]
+        return (due - moved.keys()) | back
 
     def _moved_deadlines(self, pks: Iterable[int], now: datetime) -> dict[int, datetime]:
         """The deadline of each of these nodes that is Ready by its last
