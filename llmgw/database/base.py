@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.db.backends.postgresql import base
 
+from llmgw.database import own
 from llmgw.database.deadline import watchdog
 from llmgw.database.queue import answers, make_patient
 
@@ -26,10 +27,23 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     @property
     def pool(self) -> Any:
-        pool = super().pool
-        if pool is not None:
-            make_patient(pool, settings.DATABASE_QUEUE_S)
+        default = super().pool
+        if default is None:
+            return None
+        mine = own.name()
+        # A thread with a pool of its own (llmgw.database.own) never waits
+        # behind the requests for one of theirs.
+        pool = default if mine is None else own.pool_for(self, self._connection_pools, mine)
+        make_patient(pool, settings.DATABASE_QUEUE_S)
         return pool
+
+    def close_pool(self) -> None:
+        """Close this database's pools, its threads' own ones too."""
+        for key in [k for k in self._connection_pools if k.startswith(f"{self.alias}/")]:
+            self._connection_pools.pop(key).close()
+        default = self._connection_pools.pop(self.alias, None)
+        if default is not None:
+            default.close()
 
     def _bounded(self, what: str) -> Any:
         try:

@@ -13,10 +13,13 @@ Writes run in one thread of their own with its own database connection,
 so the event loop never waits on SQL and batches never interleave. A
 heartbeat whose sections changed (every node's first, a joining fleet's
 all at once) is then stored durably in its node's own transaction: those
-run several at once (half the connection pool's worth) in threads of
+run several at once (half the requests' pool's worth) in threads of
 their own, so they neither queue one behind the other nor hold up the
-batches of everyone else's heartbeats. Each runs under its node's row lock and compares the digests again there,
-so two heartbeats of one node never both store a section.
+batches of everyone else's heartbeats. Each runs under its node's row
+lock and compares the digests again there, so two heartbeats of one node
+never both store a section. Both kinds of thread take their connections
+from a pool the requests cannot touch (llmgw.database.own): a burst of
+API calls slows the API, not the heartbeats.
 
 Both kinds of thread are entered through sync_to_async, so an event sent
 on commit (llmgw.events: the console's group_send) runs on this process's
@@ -37,6 +40,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from llmgw.database import own
 from llmgw.inventory import heartbeats
 
 log = logging.getLogger("llmgw.inventory")
@@ -56,8 +60,8 @@ def _store_durable(durable: heartbeats.Durable) -> None:
     try:
         durable.store()
     finally:
-        # Back to the pool after each: these threads are idle but while a
-        # fleet joins, and the requests share the pool.
+        # Back to the writers' pool after each: these threads are idle but
+        # while a fleet joins, and the batch writer shares that pool.
         connection.close()
 
 
@@ -76,10 +80,8 @@ class Coalescer:
         self.tick_s = tick_s
         self.max_batch = max_batch
         self.store = store
-        # Half the process's connection pool: the batch writer, the
-        # requests and the command streams share the rest. With all eight
-        # of the default pool, the batch writer waited for a connection
-        # most of the time and the fleet's plain heartbeats fell behind.
+        # As many as half the requests' pool, from the heartbeat writers'
+        # own pool (llmgw.database.own), beside the batch writer's one.
         self.durable_threads = durable_threads or max(1, settings.DATABASE_POOL_MAX // 2)
         self._waiting: list[tuple[heartbeats.Incoming, asyncio.Future[Answer]]] = []
         self._wake: asyncio.Event | None = None
@@ -98,9 +100,13 @@ class Coalescer:
         credential is unknown or revoked (nothing of it was written)."""
         if self._writer is None or self._writer.done():
             self._wake = asyncio.Event()
-            self._db = self._db or ThreadPoolExecutor(1, thread_name_prefix="llmgw-heartbeats")
+            # Their own pool, one connection each: requests cannot take them.
+            reserved = own.use("heartbeats", 1 + self.durable_threads)
+            self._db = self._db or ThreadPoolExecutor(
+                1, thread_name_prefix="llmgw-heartbeats", initializer=reserved
+            )
             self._durable = self._durable or ThreadPoolExecutor(
-                self.durable_threads, thread_name_prefix="llmgw-sections"
+                self.durable_threads, thread_name_prefix="llmgw-sections", initializer=reserved
             )
             self._writer = asyncio.create_task(self._write_forever())
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
