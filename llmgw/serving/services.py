@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from llmgw.catalog import loader
 from llmgw.catalog import services as catalog
@@ -64,6 +67,32 @@ def place_by_hand(name: str) -> tuple[Replica | None, Placement, dict[str, Any]]
     always_running instead: raised to the replicas that now run when it is
     below them, in the same transaction as the placement, so no tick sees
     the replica without the count that holds it."""
+    with _queued():
+        return _place_by_hand(name)
+
+
+# This process's placers, one at a time: placements are made one at a
+# time anyway (the model's row lock, placement's advisory lock), and eight
+# API calls waiting there each held one of the process's eight pooled
+# connections, so every other request of the process waited for one.
+_PLACERS = threading.Lock()
+
+
+@contextmanager
+def _queued() -> Iterator[None]:
+    """Wait for this process's other placers holding no connection: the
+    request's own goes back to the pool while it waits (outside a
+    transaction; inside one it is the transaction's). A connection is taken
+    once our turn has come and before any lock below, so the turn's holder
+    never waits for a lock while others wait for its connection."""
+    if not connection.in_atomic_block:
+        connection.close()
+    with _PLACERS:
+        connection.ensure_connection()
+        yield
+
+
+def _place_by_hand(name: str) -> tuple[Replica | None, Placement, dict[str, Any]]:
     warm.FLEET.look()
     with transaction.atomic():
         try:

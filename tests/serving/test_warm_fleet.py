@@ -209,6 +209,68 @@ def test_a_cold_fleet_is_read_before_placing_by_hand_locks_anything(dgx, monkeyp
     assert replica is not None and inside == [False]
 
 
+def checked_out() -> int:
+    from django.db import connections
+
+    pools = type(connections["default"])._connection_pools
+    stats = pools["default"].get_stats()
+    return int(stats["pool_size"] - stats["pool_available"])
+
+
+def waiting_on_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+        waiting = cursor.fetchone()[0] > 0
+    connection.close()
+    return waiting
+
+
+def test_placers_queued_behind_a_locked_model_hold_one_connection_between_them(dgx):
+    # Eight placements through the API queued on the model's row lock held
+    # all eight of a web process's connections, and its other requests
+    # (and once its heartbeats) waited for one.
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_model() -> None:
+        try:
+            with transaction.atomic():
+                Model.objects.select_for_update().get(name="one")
+                locked.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    placed: list[object] = []
+
+    def place() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")  # as a request authenticates first
+            placed.append(serving.place_by_hand("one")[0])
+        finally:
+            connection.close()
+
+    connection.close()
+    holder = threading.Thread(target=hold_the_model)
+    holder.start()
+    assert locked.wait(10)
+    placers = [threading.Thread(target=place) for _ in range(6)]
+    for thread in placers:
+        thread.start()
+    # Until one waits on the row lock, and a moment for the others to queue.
+    deadline = time.monotonic() + 10
+    while not waiting_on_a_lock() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    try:
+        assert checked_out() <= 2  # the lock's holder's and one placer's
+    finally:
+        release.set()
+        for thread in [holder, *placers]:
+            thread.join(30)
+    assert len(placed) == 6 and all(r is not None for r in placed)
+
+
 def test_own_placements_are_applied_in_memory_and_never_hand_out_a_card_twice(dgx):
     placing.place_replica("one")
     built = warm.FLEET.rebuilds
