@@ -16,7 +16,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from llmgw.accounts.models import NodeCertificate
@@ -129,15 +129,13 @@ def _held(credential_hash: str | None) -> dict[str, Any]:
 def due(streams: Iterable[tuple[int, str]]) -> tuple[set[tuple[int, str]], set[int]]:
     """Of the streams one web process holds, as (node id, what it holds):
     those whose node holds that credential no longer, and the nodes with a
-    command pending. Two queries for any number of streams opened with a
+    command pending. One query for any number of streams opened with a
     credential (a certificate's is checked on its own, as holds() does):
     a query or two a second per stream was, for a fleet of thousands, more
     than all its heartbeats."""
     streams = set(streams)
     ids = {node_id for node_id, _ in streams}
-    current = dict(
-        Node.objects.filter(pk__in=ids, revoked_at=None).values_list("pk", "credential_hash")
-    )
+    current, pending = _current_and_pending(ids)
     gone = {
         (node_id, held)
         for node_id, held in streams
@@ -147,8 +145,32 @@ def due(streams: Iterable[tuple[int, str]]) -> tuple[set[tuple[int, str]], set[i
             else bool(held) and current.get(node_id) == held
         )
     }
-    pending = AgentCommand.objects.filter(node_id__in=ids, state=CommandState.PENDING)
-    return gone, set(pending.values_list("node_id", flat=True).distinct())
+    return gone, pending
+
+
+# One statement, its ids one array parameter: the ORM's IN list of a web
+# process's 2,500 streams, built twice a second, was a fifth of the
+# process's time at 5,000 nodes.
+DUE = f"""
+SELECT n.id, n.credential_hash, EXISTS (
+    SELECT 1 FROM {AgentCommand._meta.db_table} c WHERE c.node_id = n.id AND c.state = %s
+)
+FROM {Node._meta.db_table} n WHERE n.id = ANY(%s) AND n.revoked_at IS NULL
+"""
+
+
+def _current_and_pending(ids: set[int]) -> tuple[dict[int, str], set[int]]:
+    """Of these nodes, the credential digest of each not revoked, and those
+    with a command pending (a revoked node's do not matter: it is gone)."""
+    if connection.vendor != "postgresql":  # SQLite has no arrays: one process, few streams
+        nodes = Node.objects.filter(pk__in=ids, revoked_at=None)
+        commands = AgentCommand.objects.filter(node_id__in=ids, state=CommandState.PENDING)
+        pending = set(commands.values_list("node_id", flat=True).distinct())
+        return dict(nodes.values_list("pk", "credential_hash")), pending
+    with connection.cursor() as cursor:
+        cursor.execute(DUE, [CommandState.PENDING, list(ids)])
+        rows = cursor.fetchall()
+    return {pk: digest for pk, digest, _ in rows}, {pk for pk, _, waits in rows if waits}
 
 
 def claim(node_id: int, held: str | None = None) -> list[AgentCommand] | None:

@@ -7,7 +7,7 @@ closes it at once (a message on commit), and every poll and every result
 checks the credential again, so a stream that missed the message is deaf
 within a second and what it sends meanwhile is dropped.
 
-The poll is one for all of a process's streams (commands.due, two queries
+The poll is one for all of a process's streams (commands.due, one query
 a second however many), not one per stream: a fleet of thousands keeps
 thousands of streams open, and a query a second each was more load than
 all their heartbeats."""
