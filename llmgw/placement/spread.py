@@ -61,6 +61,15 @@ class Groups:
         for g, weighted in enumerate(self.weighted):
             for _, domain in weighted:
                 by_domain.setdefault(domain, []).append(g)
+        # A domain every group names (a fleet's one room) adds the same to
+        # every score, so it orders nothing, yet each replica placed there
+        # re-sorted every group: at 5,000 nodes in one hall, a third of a
+        # placement's time. Left out of the scores, it moves none.
+        everywhere = {d for d, gs in by_domain.items() if len(gs) == len(self.weighted) > 1}
+        if everywhere:
+            self.weighted = [tuple(w for w in ws if w[1] not in everywhere) for ws in self.weighted]
+            for domain in everywhere:
+                del by_domain[domain]
         # Each group's groups whose scores move with a replica placed in it:
         # those sharing a named domain with it, itself included. A group
         # naming nothing shares nothing: only its node's own count moves.

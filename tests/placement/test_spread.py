@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from llmgw.locations import label as level_label
 from llmgw.placement.checks import NodeState, pick_gpus, shard_refusal
 from llmgw.placement.scheduler import Inventory, apply_to_views
+from llmgw.placement.spread import Groups
 from llmgw.placement.types import SPREAD_LEVELS, GpuView, NodeView, Profile
 from llmgw.units import GiB
 
@@ -28,10 +29,13 @@ VALUES = {
 @st.composite
 def fleets(draw: st.DrawFn) -> tuple[list[NodeView], dict[str, Profile]]:
     views = []
+    # Often the whole fleet in one hall: a domain every node names, which
+    # the index leaves out of its scores (spread.Groups).
+    hall = draw(st.booleans())
     for i in range(draw(st.integers(2, 12))):
         labels = {}
         for level in SPREAD_LEVELS:
-            value = draw(st.sampled_from(VALUES[level]))
+            value = "hall" if hall and level == "room" else draw(st.sampled_from(VALUES[level]))
             if value is not None:
                 labels[level_label(level)] = value
         gpus = tuple(
@@ -105,3 +109,35 @@ def test_each_replica_goes_where_a_full_scan_of_the_levels_says(fleet, turns):
         assert (d.shards[0].node, d.shards[0].gpu_indices) == expected
         inv.apply(d)
         views = apply_to_views(views, d)
+
+
+def test_a_replica_placed_in_a_hall_of_racks_re_sorts_only_its_racks_groups():
+    # Every group shares the hall: counting it moved every group's score
+    # on every placement, 2,500 of them at 5,000 nodes, and ordered nothing.
+    views = [
+        NodeView(
+            name=f"n{i}",
+            labels={
+                level_label("room"): "hall1",
+                level_label("rack"): f"r{i // 4}",
+                level_label("pdu"): f"r{i // 4}-p{i % 2}",
+            },
+            cpus=64,
+            memory_total_bytes=512 * GiB,
+            gpus=tuple(GpuView(g, f"GPU-{i}-{g}", "H100", 80 * GiB) for g in range(8)),
+        )
+        for i in range(40)
+    ]
+    groups = Groups([NodeState(o, v) for o, v in enumerate(views)])
+    assert len(groups.members) == 20
+    # Its rack's two PDUs: nothing in the rest of the hall moves.
+    assert [len(related) for related in groups.related] == [2] * 20
+    inv = Inventory(views)
+    p = Profile("main", 0, "H100", 1, 1, memory_gb=8)
+    racks = []
+    for _ in range(10):
+        d = inv.decide("m", p)
+        assert d is not None
+        racks.append(views[int(d.shards[0].node[1:])].labels[level_label("rack")])
+        inv.apply(d)
+    assert len(set(racks)) == 10  # one replica a rack still
