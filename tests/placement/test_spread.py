@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmgw.locations import label as level_label
+from llmgw.placement import spread
 from llmgw.placement.checks import NodeState, pick_gpus, shard_refusal
 from llmgw.placement.scheduler import Inventory, apply_to_views
 from llmgw.placement.spread import Groups
@@ -97,6 +98,25 @@ def reference(views: list[NodeView], model: str, p: Profile) -> tuple[str, tuple
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets(), st.lists(st.sampled_from(MODELS), min_size=1, max_size=12))
 def test_each_replica_goes_where_a_full_scan_of_the_levels_says(fleet, turns):
+    places_as_the_scan_says(fleet, turns)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.lists(st.sampled_from(MODELS), min_size=1, max_size=12))
+def test_re_sorting_the_whole_order_at_once_places_as_the_scan_says(fleet, turns):
+    # What a placement does when it moves many groups (spread.BULK): here
+    # on every placement, in fleets small enough to check by hand.
+    bulk = spread.BULK
+    spread.BULK = 0
+    try:
+        places_as_the_scan_says(fleet, turns)
+    finally:
+        spread.BULK = bulk
+
+
+def places_as_the_scan_says(
+    fleet: tuple[list[NodeView], dict[str, Profile]], turns: list[str]
+) -> None:
     views, profiles = fleet
     inv = Inventory(views)
     for model in turns:
