@@ -11,21 +11,7 @@ from typing import Any
 
 import pytest
 
-
-def _checked_out_elsewhere() -> int:
-    """Pooled connections held by threads other than this one (0 before
-    the pool exists, or on SQLite)."""
-    if "django.db" not in sys.modules:
-        return 0
-    from django.db import DEFAULT_DB_ALIAS, connections
-
-    wrapper = connections[DEFAULT_DB_ALIAS]
-    pool = getattr(type(wrapper), "_connection_pools", {}).get(wrapper.alias)
-    if pool is None:
-        return 0
-    stats = pool.get_stats()
-    held_here = wrapper.connection is not None
-    return int(stats["pool_size"] - stats["pool_available"]) - held_here
+from tests.threads import checked_out_elsewhere
 
 
 @pytest.fixture(autouse=True)
@@ -35,12 +21,12 @@ def no_connection_left_behind() -> Any:
     connection never gives it back: browser tests that did so left the
     process's pool of 8 too few for the placement race test after them,
     whose placers then failed waiting for a connection."""
-    before = _checked_out_elsewhere()
+    before = checked_out_elsewhere()
     yield
     # A connection handed back is the pool's again only once the pool has
     # checked it; a moment for a thread that is just finishing.
     deadline = time.monotonic() + 2
-    while (left := _checked_out_elsewhere() - before) > 0 and time.monotonic() < deadline:
+    while (left := checked_out_elsewhere() - before) > 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert left <= 0, (
         f"{left} pooled database connection(s) left checked out by other threads: "

@@ -1,7 +1,9 @@
-"""A call on a thread of its own, as a server's request thread makes it."""
+"""A call on a thread of its own, as a server's request thread makes it,
+and the pooled connections other threads hold."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -35,3 +37,19 @@ def in_own_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")
+
+
+def checked_out_elsewhere() -> int:
+    """Pooled connections held by threads other than this one (0 before
+    the pool exists, or on SQLite)."""
+    if "django.db" not in sys.modules:
+        return 0
+    from django.db import DEFAULT_DB_ALIAS, connections
+
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    pool = getattr(type(wrapper), "_connection_pools", {}).get(wrapper.alias)
+    if pool is None:
+        return 0
+    stats = pool.get_stats()
+    held_here = wrapper.connection is not None
+    return int(stats["pool_size"] - stats["pool_available"]) - held_here

@@ -1,7 +1,7 @@
 """One poll for all of a web process's command streams (commands.due):
-one query however many streams, its ids one array, and the same answers each stream's own
-check gave: a revoked or rejoined node's stream is gone, a node with a
-command pending is due."""
+one query however many streams, its ids one array, and the same answers
+each stream's own check gave: a revoked or rejoined node's stream is gone,
+a node with a command pending is due."""
 
 from __future__ import annotations
 

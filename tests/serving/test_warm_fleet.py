@@ -29,6 +29,7 @@ from llmgw.serving import services as serving
 from llmgw.serving.models import GpuClaim, Replica, Shard
 from tests.inventory.test_gpus import H100, join_with_gpus
 from tests.payloads import heartbeat, registration
+from tests.threads import checked_out_elsewhere
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -209,14 +210,6 @@ def test_a_cold_fleet_is_read_before_placing_by_hand_locks_anything(dgx, monkeyp
     assert replica is not None and inside == [False]
 
 
-def checked_out() -> int:
-    from django.db import connections
-
-    pools = type(connections["default"])._connection_pools
-    stats = pools["default"].get_stats()
-    return int(stats["pool_size"] - stats["pool_available"])
-
-
 def waiting_on_a_lock() -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
@@ -263,7 +256,7 @@ def test_placers_queued_behind_a_locked_model_hold_one_connection_between_them(d
         time.sleep(0.05)
     time.sleep(0.5)
     try:
-        assert checked_out() <= 2  # the lock's holder's and one placer's
+        assert checked_out_elsewhere() <= 2  # the lock's holder's and one placer's
     finally:
         release.set()
         for thread in [holder, *placers]:
