@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from django.conf import settings
@@ -22,6 +23,8 @@ from llmgw.inventory.models import Gpu, Node
 # The node columns card_view reads: a reader that loads nodes with only()
 # names at least these, or each node costs a query of its own.
 NODE_FIELDS = ("name", "wear_reported_at", "wear_changed_at")
+# Every column of a card, by attribute name (node_id, not node).
+GPU_COLUMNS = tuple(f.attname for f in Gpu._meta.concrete_fields)
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ class CardView:
         return age > 2 * settings.MEASUREMENT_MAX_AGE_S
 
 
-def card_view(gpu: Gpu, node: Node) -> CardView:
+def card_view(gpu: Gpu | SimpleNamespace, node: Node) -> CardView:
     return CardView(
         node=node.name,
         index=gpu.index,
@@ -110,11 +113,16 @@ def card_views(
     rows when the caller already has them (prefetched); otherwise one query
     reads them, whatever the number of nodes."""
     by_pk = {n.pk: n for n in nodes}
+    rows: Iterable[Gpu | SimpleNamespace]
     if gpus is None:
-        gpus = Gpu.objects.filter(node_id__in=list(by_pk)).order_by("node_id", "index")
-        gpus = gpus.iterator(chunk_size=2000)
+        # Each card's columns as plain values: building 40,000 Gpu instances
+        # (a fleet of 5,000 eight-card nodes) was most of reading them.
+        query = Gpu.objects.filter(node_id__in=list(by_pk)).order_by("node_id", "index")
+        rows = (SimpleNamespace(**v) for v in query.values(*GPU_COLUMNS).iterator(chunk_size=2000))
+    else:
+        rows = gpus
     out: dict[int, list[CardView]] = {pk: [] for pk in by_pk}
-    for gpu in gpus:
+    for gpu in rows:
         node = by_pk.get(gpu.node_id)
         if node is not None:
             out[gpu.node_id].append(card_view(gpu, node))

@@ -7,9 +7,10 @@ from collections import Counter, defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from functools import lru_cache
+from typing import Any, NamedTuple
 
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from llmgw.catalog.models import Profile as ProfileRow
@@ -17,8 +18,8 @@ from llmgw.fabrics.models import FabricMap, Port
 from llmgw.fabrics.topology import device_number, split_description
 from llmgw.facility.services import Facility, declared_by_node
 from llmgw.inventory import services as inventory
-from llmgw.inventory.cards import CardView, card_views
-from llmgw.inventory.models import ModelHolding, Node
+from llmgw.inventory.cards import CardView
+from llmgw.inventory.models import Gpu, ModelHolding, Node
 from llmgw.nvlink import domains
 from llmgw.placement.types import GpuView, NodeView, Profile, gib_bytes
 
@@ -87,7 +88,20 @@ def nvlink_islands(topology: dict | None, uuids: dict[str, int]) -> tuple[frozen
     (cells "NV<n>"); empty when the node did not say."""
     if not topology or not topology.get("matrix"):
         return ()
-    order = [uuids.get(u) for u in topology.get("gpus") or []]
+    order = tuple(uuids.get(u) for u in topology.get("gpus") or [])
+    matrix = tuple(
+        tuple(c.startswith("NV") if isinstance(c, str) else False for c in row)
+        for row in topology["matrix"]
+    )
+    return _islands(matrix, order)
+
+
+# A fleet's nodes share a handful of matrices, and a whole read joins
+# each node's again: the same answer for the same matrix and card order.
+@lru_cache(maxsize=4096)
+def _islands(
+    linked: tuple[tuple[bool, ...], ...], order: tuple[int | None, ...]
+) -> tuple[frozenset[int], ...]:
     parent = {i: i for i in order if i is not None}
 
     def root(i: int) -> int:
@@ -95,11 +109,11 @@ def nvlink_islands(topology: dict | None, uuids: dict[str, int]) -> tuple[frozen
             i = parent[i]
         return i
 
-    for a, row in enumerate(topology["matrix"]):
-        for b, cell in enumerate(row):
-            if a < len(order) and b < len(order) and order[a] is not None and order[b] is not None:
-                if isinstance(cell, str) and cell.startswith("NV"):
-                    parent[root(order[a])] = root(order[b])
+    for a, row in enumerate(linked[: len(order)]):
+        for b, nv in enumerate(row[: len(order)]):
+            ia, ib = order[a], order[b]
+            if nv and ia is not None and ib is not None:
+                parent[root(ia)] = root(ib)
     groups: dict[int, set[int]] = defaultdict(set)
     for i in parent:
         groups[root(i)].add(i)
@@ -126,14 +140,47 @@ def unverified(devices: list[str], why: str) -> str:
     return f"cannot say which physical fabric {', '.join(sorted(set(devices)))} {are} on: {why}"
 
 
-def unverified_why(port: Port) -> str:
+def unverified_why(port: Port | PortFacts) -> str:
     # The two ways an active port has no physical fabric (fabrics.services).
     if port.link_layer == "Ethernet":
         return "it has no RoCE v2 address"
     return "no subnet manager answered"
 
 
-def fabric_view(node: Node, ports: list[Port]) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+class FabricRef(NamedTuple):
+    identity: str
+
+
+class PortFacts(NamedTuple):
+    """What placement reads of a port, as plain values: the fleet's ports
+    (four a node) built as Port instances with their fabrics cost a second
+    of every whole read at 5,000 nodes. Read as a Port reads."""
+
+    node_id: int
+    device: str
+    declared_fabric: str
+    link_layer: str
+    state: str
+    phys_state: str
+    port_guid: str
+    node_guid: str
+    physical_fabric_id: int | None
+    physical_fabric: FabricRef | None
+
+    @property
+    def active(self) -> bool:
+        return self.state.startswith("ACTIVE") and self.phys_state == "LinkUp"
+
+
+def port_facts(ports: QuerySet[Port]) -> list[PortFacts]:
+    """These ports (a Port queryset) as PortFacts."""
+    rows = ports.values_list(*PortFacts._fields[:-1], "physical_fabric__identity")
+    return [PortFacts(*r[:-1], FabricRef(r[-1]) if r[-2] is not None else None) for r in rows]
+
+
+def fabric_view(
+    node: Node, ports: list[Port] | list[PortFacts]
+) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
     """The node's fabrics as placement divides them: each declared name split
     by physical fabric ("ib-a@0x..."), so a replica forms on one part only.
 
@@ -231,7 +278,10 @@ def leaf_name(guid: str) -> str:
 
 
 def map_view(
-    node: Node, ports: list[Port], fabrics: dict[str, tuple[str, ...]], maps: dict[int, MapIndex]
+    node: Node,
+    ports: list[Port] | list[PortFacts],
+    fabrics: dict[str, tuple[str, ...]],
+    maps: dict[int, MapIndex],
 ) -> tuple[dict[str, str], frozenset[str]]:
     """The leaf switch each of the node's fabrics reaches it through (the one
     most of its adapters hang off; a tie goes to its lowest-numbered
@@ -274,7 +324,37 @@ def map_view(
     return leaves, frozenset(degraded)
 
 
-def gpu_view(card: CardView, claimed: set[int], limits: dict[int, float]) -> GpuView:
+class PlacedCard(NamedTuple):
+    """What placement reads of a card: its health and NVLink domain as
+    stored with its report, without its wear (four JSON columns a card,
+    decoded for every card of the fleet on each whole read: the largest
+    part of it at 5,000 nodes). Read as a CardView reads."""
+
+    node_id: int
+    index: int
+    uuid: str
+    gpu_class: str
+    memory_total_bytes: int | None
+    unhealthy_reason: str
+    missing: bool
+    nvlink_domain: str | None
+    nvlink_problem: str
+
+    @property
+    def healthy(self) -> bool:
+        return not self.unhealthy_reason
+
+
+def placed_cards(only: Collection[int] | None) -> dict[int, list[PlacedCard]]:
+    """Every node's cards (or only these nodes'), by node pk, in index order."""
+    gpus = Gpu.objects.all() if only is None else Gpu.objects.filter(node_id__in=list(only))
+    out: dict[int, list[PlacedCard]] = defaultdict(list)
+    for row in gpus.order_by("node_id", "index").values_list(*PlacedCard._fields):
+        out[row[0]].append(PlacedCard(*row))
+    return out
+
+
+def gpu_view(card: CardView | PlacedCard, claimed: set[int], limits: dict[int, float]) -> GpuView:
     return GpuView(
         index=card.index,
         uuid=card.uuid,
@@ -309,16 +389,16 @@ def node_views(only: Collection[int] | None = None) -> list[NodeView]:
     ):
         claimed[node_id].add(index)
     nodes = list(mine)
-    cards = card_views(nodes)
+    cards = placed_cards(only)
     holds = defaultdict(set)
     rows = (
         ModelHolding.objects.all() if only is None else ModelHolding.objects.filter(node__in=mine)
     )
     for node_id, name in rows.values_list("node_id", "model_name"):
         holds[node_id].add(name)
-    ports = defaultdict(list)
+    ports: dict[int, list[PortFacts]] = defaultdict(list)
     in_ports = Port.objects.all() if only is None else Port.objects.filter(node__in=mine)
-    for port in in_ports.select_related("physical_fabric"):
+    for port in port_facts(in_ports):
         ports[port.node_id].append(port)
     maps = map_indexes()
     facility = Facility()
