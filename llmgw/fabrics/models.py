@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from llmgw.fabrics.choices import FabricKind
+from llmgw.fabrics.choices import FabricKind, link_up
 
 
 class PhysicalFabric(models.Model):
@@ -124,7 +124,7 @@ class Port(models.Model):
 
     @property
     def active(self) -> bool:
-        return self.state.startswith("ACTIVE") and self.phys_state == "LinkUp"
+        return link_up(self.state, self.phys_state)
 
 
 class FabricMap(models.Model):

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from django.utils import timezone
 
-from llmgw.fabrics.choices import FabricKind, Problem
+from llmgw.fabrics.choices import FabricKind, Problem, link_up
 from llmgw.fabrics.models import MasterChange, PhysicalFabric, Port
 from llmgw.fabrics.services import GONE
 
@@ -34,8 +34,7 @@ class PortRow(NamedTuple):
 
     @property
     def active(self) -> bool:
-        # Port.active's rule, on the row.
-        return self.state.startswith("ACTIVE") and self.phys_state == "LinkUp"
+        return link_up(self.state, self.phys_state)
 
 
 def port_rows() -> list[PortRow]:

@@ -17,7 +17,7 @@ from llmgw_agent.protocol.fabric_identity import fabric_identity, normalize_guid
 
 from llmgw import events
 from llmgw.fabrics import managers, tasks
-from llmgw.fabrics.choices import FabricKind
+from llmgw.fabrics.choices import FabricKind, link_up
 from llmgw.fabrics.models import PhysicalFabric, Port, SubnetManager
 from llmgw.inventory.models import Node
 from llmgw.inventory.sections import Section
@@ -56,7 +56,7 @@ def port_key(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_active(port: dict[str, Any]) -> bool:
-    return str(port.get("state") or "").startswith("ACTIVE") and port.get("phys_state") == "LinkUp"
+    return link_up(port.get("state"), port.get("phys_state"))
 
 
 def _guid(text: Any) -> str:

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from llmgw.fabrics import overview
-from llmgw.fabrics.choices import Problem
+from llmgw.fabrics.choices import Problem, link_up
 from llmgw.inventory.models import Node
 from llmgw.metrics.text import Family
 
@@ -34,7 +34,7 @@ def port_families(scope: QuerySet[Node], now: datetime) -> list[Family]:
     for name, samples in rows.iterator(chunk_size=2000):
         for p in samples or []:
             labels = [name, p["device"], str(p["port"]), p.get("fabric") or ""]
-            up = str(p.get("state") or "").startswith("ACTIVE") and p.get("phys_state") == "LinkUp"
+            up = link_up(p.get("state"), p.get("phys_state"))
             active.add_metric(
                 [*labels, p.get("state") or "", p.get("phys_state") or ""], 1.0 if up else 0.0
             )

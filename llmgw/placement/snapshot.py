@@ -14,6 +14,7 @@ from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from llmgw.catalog.models import Profile as ProfileRow
+from llmgw.fabrics.choices import link_up
 from llmgw.fabrics.models import FabricMap, Port
 from llmgw.fabrics.topology import device_number, split_description
 from llmgw.facility.services import Facility, declared_by_node
@@ -169,7 +170,7 @@ class PortFacts(NamedTuple):
 
     @property
     def active(self) -> bool:
-        return self.state.startswith("ACTIVE") and self.phys_state == "LinkUp"
+        return link_up(self.state, self.phys_state)
 
 
 def port_facts(ports: QuerySet[Port]) -> list[PortFacts]:
