@@ -31,12 +31,18 @@ VALUES = {
 def fleets(draw: st.DrawFn) -> tuple[list[NodeView], dict[str, Profile]]:
     views = []
     # Often the whole fleet in one hall: a domain every node names, which
-    # the index leaves out of its scores (spread.Groups).
-    hall = draw(st.booleans())
+    # the index leaves out of its scores; or the hall but for a few nodes
+    # labelled with nothing, which it scores inverted (spread.Groups).
+    hall = draw(st.sampled_from(["no", "all", "most"]))
     for i in range(draw(st.integers(2, 12))):
         labels = {}
+        bare = hall == "most" and draw(st.integers(0, 3)) == 0
         for level in SPREAD_LEVELS:
-            value = "hall" if hall and level == "room" else draw(st.sampled_from(VALUES[level]))
+            if bare:
+                break
+            value = (
+                "hall" if hall != "no" and level == "room" else draw(st.sampled_from(VALUES[level]))
+            )
             if value is not None:
                 labels[level_label(level)] = value
         gpus = tuple(
@@ -161,3 +167,44 @@ def test_a_replica_placed_in_a_hall_of_racks_re_sorts_only_its_racks_groups():
         racks.append(views[int(d.shards[0].node[1:])].labels[level_label("rack")])
         inv.apply(d)
     assert len(set(racks)) == 10  # one replica a rack still
+
+
+def test_a_few_unlabelled_nodes_beside_a_hall_re_sort_only_themselves_and_the_rack():
+    # 64 nodes naming nothing beside 5,000 in one hall made the hall a
+    # domain not every group names: every placement there re-scored every
+    # group. Scored inverted, the hall moves only the unlabelled group.
+    views = [
+        NodeView(
+            name=f"n{i}",
+            labels={
+                level_label("room"): "hall1",
+                level_label("rack"): f"r{i // 4}",
+                level_label("pdu"): f"r{i // 4}-p{i % 2}",
+            }
+            if i >= 4
+            else {},
+            cpus=64,
+            memory_total_bytes=512 * GiB,
+            gpus=tuple(GpuView(g, f"GPU-{i}-{g}", "H100", 80 * GiB) for g in range(8)),
+        )
+        for i in range(40)
+    ]
+    groups = Groups([NodeState(o, v) for o, v in enumerate(views)])
+    assert len(groups.members) == 19
+    bare = groups.of[0]
+    assert groups.related[bare] == []
+    # A rack's two PDUs and the unlabelled group, not the other 16 groups.
+    assert {len(related) for g, related in enumerate(groups.related) if g != bare} == {3}
+    inv = Inventory(views)
+    p = Profile("main", 0, "H100", 1, 1, memory_gb=8)
+    places = []
+    for _ in range(12):
+        d = inv.decide("m", p)
+        assert d is not None
+        node = int(d.shards[0].node[1:])
+        places.append("bare" if node < 4 else views[node].labels[level_label("rack")])
+        inv.apply(d)
+    # The unlabelled nodes count each as its own room, so they come first
+    # (one replica each), then one replica a rack.
+    assert places[:4] == ["bare"] * 4
+    assert len(set(places[4:])) == 8
