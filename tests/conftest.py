@@ -37,12 +37,16 @@ def no_connection_left_behind() -> Any:
 
 @pytest.fixture(autouse=True)
 def cold_placement_fleet() -> Any:
-    """Each test starts with no warm fleet (llmgw.serving.warm): one kept
-    from a test whose rows were rolled back describes nodes that never were."""
+    """Each test starts with no warm fleet (llmgw.serving.warm) and no kept
+    engine catalog (llmgw.serving.desired): one kept from a test whose rows
+    were rolled back describes nodes and engines that never were."""
     yield
     warm = sys.modules.get("llmgw.serving.warm")
     if warm is not None:
         warm.FLEET.reset()
+    desired = sys.modules.get("llmgw.serving.desired")
+    if desired is not None:
+        desired.CATALOG.clear()
 
 
 @pytest.fixture

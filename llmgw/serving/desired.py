@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connection
@@ -102,7 +102,53 @@ def shard_spec(row: dict[str, Any]) -> dict[str, Any]:
 
 def digest(desired: dict[str, Any]) -> str:
     """What a heartbeat sends back to say which desired state its node holds."""
-    return hashlib.sha256(json.dumps(desired, sort_keys=True).encode()).hexdigest()
+    return _digest_of(json.dumps(desired, sort_keys=True))
+
+
+def _digest_of(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _document(engines_text: str, shards: list[dict[str, Any]]) -> str:
+    """json.dumps({"engines": ..., "shards": shards}, sort_keys=True), the
+    engines already written: the same text, so the same digest."""
+    return f'{{"engines": {engines_text}, "shards": {json.dumps(shards, sort_keys=True)}}}'
+
+
+# Each engine row's version (its transaction and place on disk change with
+# every update, in this transaction or another): a process reads the
+# catalog again only when one changed, was added or went. Placement
+# rebuilds on every decision, and the catalog's package locks, tens of
+# kilobytes of JSON an engine, were read and decoded each time.
+VERSIONS = "SELECT id, xmin::text, ctid::text FROM catalog_engine ORDER BY id"
+
+
+class Catalog:
+    """This process's copy of the engine catalog and the versions it was read at."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.cached: tuple[Sequence[Any], list[Engine]] | None = None
+
+    def rows(self) -> list[Engine]:
+        """The engine catalog as stored now (shared: read, never changed)."""
+        if connection.vendor != "postgresql":
+            return list(Engine.objects.all())
+        with connection.cursor() as cursor:
+            cursor.execute(VERSIONS)
+            versions = cursor.fetchall()
+        cached = self.cached
+        if cached is not None and cached[0] == versions:
+            return cached[1]
+        # Read after the versions: at worst newer than them, read again next time.
+        rows = list(Engine.objects.all())
+        self.cached = (versions, rows)
+        return rows
+
+
+CATALOG = Catalog()
 
 
 def rebuild(node_ids: Iterable[int] | None = None) -> None:
@@ -110,8 +156,9 @@ def rebuild(node_ids: Iterable[int] | None = None) -> None:
 
     Placement calls this under its lock for every decision, so it costs
     three round trips whatever the number of nodes: their shards (each
-    with its model's path on that node), the engine catalog, and one
-    UPDATE that picks each node's document by its NVIDIA driver itself."""
+    with its model's path on that node), the engine catalog's versions
+    (the catalog itself only when they changed), and one UPDATE that
+    picks each node's document by its NVIDIA driver itself."""
     if node_ids is None:
         ids = list(Node.objects.values_list("pk", flat=True))
     else:
@@ -119,19 +166,27 @@ def rebuild(node_ids: Iterable[int] | None = None) -> None:
     shards: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for row in _shards(ids):
         shards[row["node_id"]].append(row)
-    catalog = list(Engine.objects.all())
-    defaults = engine_specs(set(), catalog)
-    docs: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+    rows = CATALOG.rows()
+    # Each set of engines written once, for every node that wants it.
+    written: dict[frozenset[tuple[str, str]], tuple[str, str | None]] = {}
+    docs: dict[int, tuple[str, str | None]] = {}
     for node_id in ids:
         mine = sorted(shards[node_id], key=lambda r: (r["replica_id"], r["rank"]))
-        wanted = {(r["engine"], r["engine_version"]) for r in mine}
-        engines = engine_specs(wanted, catalog) if any(v for _, v in wanted) else defaults
-        specs = [shard_spec(r) for r in mine]
-        # With an NVIDIA driver, and without: the node row says which.
-        docs[node_id] = (
-            {"engines": engines, "shards": specs},
-            {"engines": [e for e in engines if not _nvidia_only(e)], "shards": specs},
-        )
+        wanted = frozenset((r["engine"], r["engine_version"]) for r in mine)
+        if not any(version for _, version in wanted):
+            wanted = frozenset()  # the defaults alone
+        engines = written.get(wanted)
+        if engines is None:
+            specs = engine_specs(set(wanted), rows)
+            bare = [e for e in specs if not _nvidia_only(e)]
+            engines = written[wanted] = (
+                json.dumps(specs, sort_keys=True),
+                None if bare == specs else json.dumps(bare, sort_keys=True),
+            )
+        shard_specs = [shard_spec(r) for r in mine]
+        # With an NVIDIA driver, and without (None: the same): the node row says which.
+        gpu = _document(engines[0], shard_specs)
+        docs[node_id] = (gpu, None if engines[1] is None else _document(engines[1], shard_specs))
     _write(docs)
 
 
@@ -150,25 +205,23 @@ WRITE_ROW = "(%s::bigint, %s::jsonb, %s::text, %s::jsonb, %s::text)"
 WRITE_CHUNK = 2_000
 
 
-def _write(docs: dict[int, tuple[dict[str, Any], dict[str, Any]]]) -> None:
+def _write(docs: dict[int, tuple[str, str | None]]) -> None:
+    """Each node's document as JSON text, with an NVIDIA driver and without
+    (None: the same)."""
     if connection.vendor != "postgresql":
         drivers = dict(Node.objects.filter(pk__in=list(docs)).values_list("pk", "nvidia_driver"))
         for pk, driver in drivers.items():
-            doc = docs[pk][0 if driver else 1]
-            Node.objects.filter(pk=pk).update(desired=doc, desired_digest=digest(doc))
+            gpu, bare = docs[pk]
+            text = gpu if driver or bare is None else bare
+            Node.objects.filter(pk=pk).update(
+                desired=json.loads(text), desired_digest=_digest_of(text)
+            )
         return
     items = list(docs.items())
     for start in range(0, len(items), WRITE_CHUNK):
         chunk = items[start : start + WRITE_CHUNK]
         params: list[Any] = []
         for pk, (gpu, bare) in chunk:
-            same = bare == gpu
-            params += [
-                pk,
-                json.dumps(gpu),
-                digest(gpu),
-                None if same else json.dumps(bare),
-                None if same else digest(bare),
-            ]
+            params += [pk, gpu, _digest_of(gpu), bare, None if bare is None else _digest_of(bare)]
         with connection.cursor() as cursor:
             cursor.execute(WRITE.format(rows=", ".join([WRITE_ROW] * len(chunk))), params)

@@ -170,9 +170,10 @@ def test_under_load_scales_up_after_staying_loaded_and_back_after_idle(node, mon
 def test_a_replica_placed_by_hand_is_held_not_taken_back(node, api, django_assert_num_queries):
     # Nothing held: the reconciler keeps no replica of its own.
     api.patch("/api/v1/models/tiny", {"always_running": 0, "under_load": 0}, format="json")
-    # A cold warm fleet (each test starts with none): the fleet read whole
-    # and the decision stored; the answer says where and judges no node.
-    with django_assert_num_queries(30):
+    # A cold warm fleet and engine catalog (each test starts with neither):
+    # the fleet read whole, the catalog's versions and rows, and the
+    # decision stored; the answer says where and judges no node.
+    with django_assert_num_queries(31):
         placed = api.post("/api/v1/models/tiny/place")
     assert placed.status_code == 201, placed.json()
     body = placed.json()
