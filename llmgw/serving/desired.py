@@ -121,6 +121,9 @@ def _document(engines_text: str, shards: list[dict[str, Any]]) -> str:
 # rebuilds on every decision, and the catalog's package locks, tens of
 # kilobytes of JSON an engine, were read and decoded each time.
 VERSIONS = "SELECT id, xmin::text, ctid::text FROM catalog_engine ORDER BY id"
+# The (engine, version) pairs a node's shards ask for; the JSON written for them.
+Wanted = frozenset[tuple[str, str]]
+Written = tuple[str, str | None]
 
 
 class Catalog:
@@ -130,7 +133,10 @@ class Catalog:
         self.clear()
 
     def clear(self) -> None:
-        self.cached: tuple[Sequence[Any], list[Engine]] | None = None
+        # The versions, the rows, and each set of wanted engines as JSON
+        # (with an NVIDIA driver and without; None: the same) from those
+        # rows: one tuple, replaced whole, as threads share it.
+        self.cached: tuple[Sequence[Any], list[Engine], dict[Wanted, Written]] | None = None
 
     def rows(self) -> list[Engine]:
         """The engine catalog as stored now (shared: read, never changed)."""
@@ -144,8 +150,23 @@ class Catalog:
             return cached[1]
         # Read after the versions: at worst newer than them, read again next time.
         rows = list(Engine.objects.all())
-        self.cached = (versions, rows)
+        self.cached = (versions, rows, {})
         return rows
+
+    def engines(self, wanted: Wanted, rows: list[Engine]) -> Written:
+        """The engines a node with these shards' engines converges on, as
+        JSON; `rows`: what rows() just answered."""
+        cached = self.cached
+        kept = cached[2] if cached is not None and cached[1] is rows else {}
+        written = kept.get(wanted)
+        if written is None:
+            specs = engine_specs(set(wanted), rows)
+            bare = [e for e in specs if not _nvidia_only(e)]
+            written = kept[wanted] = (
+                json.dumps(specs, sort_keys=True),
+                None if bare == specs else json.dumps(bare, sort_keys=True),
+            )
+        return written
 
 
 CATALOG = Catalog()
@@ -167,22 +188,13 @@ def rebuild(node_ids: Iterable[int] | None = None) -> None:
     for row in _shards(ids):
         shards[row["node_id"]].append(row)
     rows = CATALOG.rows()
-    # Each set of engines written once, for every node that wants it.
-    written: dict[frozenset[tuple[str, str]], tuple[str, str | None]] = {}
     docs: dict[int, tuple[str, str | None]] = {}
     for node_id in ids:
         mine = sorted(shards[node_id], key=lambda r: (r["replica_id"], r["rank"]))
         wanted = frozenset((r["engine"], r["engine_version"]) for r in mine)
         if not any(version for _, version in wanted):
             wanted = frozenset()  # the defaults alone
-        engines = written.get(wanted)
-        if engines is None:
-            specs = engine_specs(set(wanted), rows)
-            bare = [e for e in specs if not _nvidia_only(e)]
-            engines = written[wanted] = (
-                json.dumps(specs, sort_keys=True),
-                None if bare == specs else json.dumps(bare, sort_keys=True),
-            )
+        engines = CATALOG.engines(wanted, rows)
         shard_specs = [shard_spec(r) for r in mine]
         # With an NVIDIA driver, and without (None: the same): the node row says which.
         gpu = _document(engines[0], shard_specs)
