@@ -137,43 +137,10 @@ def places_as_the_scan_says(
         views = apply_to_views(views, d)
 
 
-def test_a_replica_placed_in_a_hall_of_racks_re_sorts_only_its_racks_groups():
-    # Every group shares the hall: counting it moved every group's score
-    # on every placement, 2,500 of them at 5,000 nodes, and ordered nothing.
-    views = [
-        NodeView(
-            name=f"n{i}",
-            labels={
-                level_label("room"): "hall1",
-                level_label("rack"): f"r{i // 4}",
-                level_label("pdu"): f"r{i // 4}-p{i % 2}",
-            },
-            cpus=64,
-            memory_total_bytes=512 * GiB,
-            gpus=tuple(GpuView(g, f"GPU-{i}-{g}", "H100", 80 * GiB) for g in range(8)),
-        )
-        for i in range(40)
-    ]
-    groups = Groups([NodeState(o, v) for o, v in enumerate(views)])
-    assert len(groups.members) == 20
-    # Its rack's two PDUs: nothing in the rest of the hall moves.
-    assert [len(related) for related in groups.related] == [2] * 20
-    inv = Inventory(views)
-    p = Profile("main", 0, "H100", 1, 1, memory_gb=8)
-    racks = []
-    for _ in range(10):
-        d = inv.decide("m", p)
-        assert d is not None
-        racks.append(views[int(d.shards[0].node[1:])].labels[level_label("rack")])
-        inv.apply(d)
-    assert len(set(racks)) == 10  # one replica a rack still
-
-
-def test_a_few_unlabelled_nodes_beside_a_hall_re_sort_only_themselves_and_the_rack():
-    # 64 nodes naming nothing beside 5,000 in one hall made the hall a
-    # domain not every group names: every placement there re-scored every
-    # group. Scored inverted, the hall moves only the unlabelled group.
-    views = [
+def hall_of_racks(unlabelled: int) -> list[NodeView]:
+    """40 nodes of 8 GPUs in one hall, four a rack and two a PDU; the first
+    `unlabelled` of them name nothing at all."""
+    return [
         NodeView(
             name=f"n{i}",
             labels={
@@ -181,7 +148,7 @@ def test_a_few_unlabelled_nodes_beside_a_hall_re_sort_only_themselves_and_the_ra
                 level_label("rack"): f"r{i // 4}",
                 level_label("pdu"): f"r{i // 4}-p{i % 2}",
             }
-            if i >= 4
+            if i >= unlabelled
             else {},
             cpus=64,
             memory_total_bytes=512 * GiB,
@@ -189,21 +156,47 @@ def test_a_few_unlabelled_nodes_beside_a_hall_re_sort_only_themselves_and_the_ra
         )
         for i in range(40)
     ]
+
+
+def placed_on(views: list[NodeView], count: int) -> list[int]:
+    """The nodes (by ordinal) that `count` one-GPU replicas go to, in turn."""
+    inv = Inventory(views)
+    p = Profile("main", 0, "H100", 1, 1, memory_gb=8)
+    out = []
+    for _ in range(count):
+        d = inv.decide("m", p)
+        assert d is not None
+        out.append(int(d.shards[0].node[1:]))
+        inv.apply(d)
+    return out
+
+
+def test_a_replica_placed_in_a_hall_of_racks_re_sorts_only_its_racks_groups():
+    # Every group shares the hall: counting it moved every group's score
+    # on every placement, 2,500 of them at 5,000 nodes, and ordered nothing.
+    views = hall_of_racks(unlabelled=0)
+    groups = Groups([NodeState(o, v) for o, v in enumerate(views)])
+    assert len(groups.members) == 20
+    # Its rack's two PDUs: nothing in the rest of the hall moves.
+    assert [len(related) for related in groups.related] == [2] * 20
+    racks = [views[o].labels[level_label("rack")] for o in placed_on(views, 10)]
+    assert len(set(racks)) == 10  # one replica a rack still
+
+
+def test_a_few_unlabelled_nodes_beside_a_hall_re_sort_only_themselves_and_the_rack():
+    # 64 nodes naming nothing beside 5,000 in one hall made the hall a
+    # domain not every group names: every placement there re-scored every
+    # group. Scored inverted, the hall moves only the unlabelled group.
+    views = hall_of_racks(unlabelled=4)
     groups = Groups([NodeState(o, v) for o, v in enumerate(views)])
     assert len(groups.members) == 19
     bare = groups.of[0]
     assert groups.related[bare] == []
     # A rack's two PDUs and the unlabelled group, not the other 16 groups.
     assert {len(related) for g, related in enumerate(groups.related) if g != bare} == {3}
-    inv = Inventory(views)
-    p = Profile("main", 0, "H100", 1, 1, memory_gb=8)
-    places = []
-    for _ in range(12):
-        d = inv.decide("m", p)
-        assert d is not None
-        node = int(d.shards[0].node[1:])
-        places.append("bare" if node < 4 else views[node].labels[level_label("rack")])
-        inv.apply(d)
+    places = [
+        "bare" if o < 4 else views[o].labels[level_label("rack")] for o in placed_on(views, 12)
+    ]
     # The unlabelled nodes count each as its own room, so they come first
     # (one replica each), then one replica a rack.
     assert places[:4] == ["bare"] * 4
