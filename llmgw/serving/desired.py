@@ -10,7 +10,7 @@ import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection
 
@@ -121,9 +121,30 @@ def _document(engines_text: str, shards: list[dict[str, Any]]) -> str:
 # rebuilds on every decision, and the catalog's package locks, tens of
 # kilobytes of JSON an engine, were read and decoded each time.
 VERSIONS = "SELECT id, xmin::text, ctid::text FROM catalog_engine ORDER BY id"
-# The (engine, version) pairs a node's shards ask for; the JSON written for them.
+# The (engine, version) pairs a node's shards ask for.
 Wanted = frozenset[tuple[str, str]]
-Written = tuple[str, str | None]
+
+
+class Kept(NamedTuple):
+    """The catalog as read at `versions`, and each set of wanted engines
+    written from it as JSON (with an NVIDIA driver and without; None: the
+    same): one tuple, replaced whole, as threads share it."""
+
+    versions: Sequence[Any]
+    rows: list[Engine]
+    written: dict[Wanted, tuple[str, str | None]]
+
+    def engines(self, wanted: Wanted) -> tuple[str, str | None]:
+        """The engines a node with these shards' engines converges on, as JSON."""
+        written = self.written.get(wanted)
+        if written is None:
+            specs = engine_specs(set(wanted), self.rows)
+            bare = [e for e in specs if not _nvidia_only(e)]
+            written = self.written[wanted] = (
+                json.dumps(specs, sort_keys=True),
+                None if bare == specs else json.dumps(bare, sort_keys=True),
+            )
+        return written
 
 
 class Catalog:
@@ -133,40 +154,22 @@ class Catalog:
         self.clear()
 
     def clear(self) -> None:
-        # The versions, the rows, and each set of wanted engines as JSON
-        # (with an NVIDIA driver and without; None: the same) from those
-        # rows: one tuple, replaced whole, as threads share it.
-        self.cached: tuple[Sequence[Any], list[Engine], dict[Wanted, Written]] | None = None
+        self.kept: Kept | None = None
 
-    def rows(self) -> list[Engine]:
-        """The engine catalog as stored now (shared: read, never changed)."""
+    def current(self) -> Kept:
+        """The engine catalog as stored now (shared: read, never changed).
+        The embedded database keeps nothing: each call reads it again."""
         if connection.vendor != "postgresql":
-            return list(Engine.objects.all())
+            return Kept((), list(Engine.objects.all()), {})
         with connection.cursor() as cursor:
             cursor.execute(VERSIONS)
             versions = cursor.fetchall()
-        cached = self.cached
-        if cached is not None and cached[0] == versions:
-            return cached[1]
+        kept = self.kept
+        if kept is not None and kept.versions == versions:
+            return kept
         # Read after the versions: at worst newer than them, read again next time.
-        rows = list(Engine.objects.all())
-        self.cached = (versions, rows, {})
-        return rows
-
-    def engines(self, wanted: Wanted, rows: list[Engine]) -> Written:
-        """The engines a node with these shards' engines converges on, as
-        JSON; `rows`: what rows() just answered."""
-        cached = self.cached
-        kept = cached[2] if cached is not None and cached[1] is rows else {}
-        written = kept.get(wanted)
-        if written is None:
-            specs = engine_specs(set(wanted), rows)
-            bare = [e for e in specs if not _nvidia_only(e)]
-            written = kept[wanted] = (
-                json.dumps(specs, sort_keys=True),
-                None if bare == specs else json.dumps(bare, sort_keys=True),
-            )
-        return written
+        kept = self.kept = Kept(versions, list(Engine.objects.all()), {})
+        return kept
 
 
 CATALOG = Catalog()
@@ -187,14 +190,14 @@ def rebuild(node_ids: Iterable[int] | None = None) -> None:
     shards: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for row in _shards(ids):
         shards[row["node_id"]].append(row)
-    rows = CATALOG.rows()
+    catalog = CATALOG.current()
     docs: dict[int, tuple[str, str | None]] = {}
     for node_id in ids:
         mine = sorted(shards[node_id], key=lambda r: (r["replica_id"], r["rank"]))
         wanted = frozenset((r["engine"], r["engine_version"]) for r in mine)
         if not any(version for _, version in wanted):
             wanted = frozenset()  # the defaults alone
-        engines = CATALOG.engines(wanted, rows)
+        engines = catalog.engines(wanted)
         shard_specs = [shard_spec(r) for r in mine]
         # With an NVIDIA driver, and without (None: the same): the node row says which.
         gpu = _document(engines[0], shard_specs)
