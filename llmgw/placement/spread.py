@@ -90,9 +90,10 @@ class Groups:
                 for g, ws in enumerate(self.weighted)
             ]
         # Each group's groups whose scores move with a replica placed in it:
-        # those sharing a domain it names, itself included, or for an
-        # inverted one those outside it. A group naming nothing shares
-        # nothing: only its node's own count moves.
+        # for each domain it names, those naming it too (itself among
+        # them), or for an inverted one those outside it (not itself: its
+        # score holds still). A group naming nothing shares nothing: only
+        # its node's own count moves.
         self.related: list[list[int]] = [
             sorted(
                 {
