@@ -3,13 +3,14 @@ that calls it and turns its refusals into words, and the table printer."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
-
-import httpx
-import yaml
 
 DASH = "-"
 
@@ -22,6 +23,8 @@ def config() -> tuple[str, str]:
     url, token = os.environ.get("LLMGW_URL"), os.environ.get("LLMGW_TOKEN")
     path = Path(os.environ.get("LLMGW_CONFIG", Path.home() / ".config" / "llmgw" / "cli.yaml"))
     if (not url or not token) and path.exists():
+        import yaml  # only when there is a file to read: it costs every command its import
+
         data = yaml.safe_load(path.read_text()) or {}
         if not isinstance(data, dict):
             raise CtlError(f"{path}: expected url: and token: keys")
@@ -31,11 +34,25 @@ def config() -> tuple[str, str]:
     return str(url).rstrip("/"), str(token)
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as it came: following it would send the
+    token to wherever it points."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 class Api:
-    def __init__(self, url: str, token: str) -> None:
-        self.client = httpx.Client(
-            base_url=url, headers={"Authorization": f"Token {token}"}, timeout=30
-        )
+    """The REST API through the standard library: httpx costs every command
+    ~0.1 s of CPU to import, as much as `ctl status` spends on the answer.
+    Proxies are taken from the environment (HTTPS_PROXY, NO_PROXY), as a
+    laptop's other tools take them."""
+
+    def __init__(self, url: str, token: str, timeout: float = 30) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.headers = {"Authorization": f"Token {token}", "Accept": "application/json"}
+        self.opener = urllib.request.build_opener(_NoRedirects)
 
     def call(
         self,
@@ -45,21 +62,39 @@ class Api:
         accept: tuple[int, ...] = (),
         params: list[tuple[str, str]] | None = None,
     ) -> Any:
+        url = self.url + path + ("?" + urllib.parse.urlencode(params) if params else "")
+        headers = dict(self.headers)
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
-            response = self.client.request(method, path, json=body, params=params)
-        except httpx.HTTPError as exc:
-            raise CtlError(f"cannot reach {self.client.base_url}: {exc}") from None
-        if response.status_code >= 400 and response.status_code not in accept:
-            if response.status_code == 409 and "explanation" in response.text:
-                data = response.json()
-                text = "\n".join((data.get("explanation") or {}).get("lines") or [])
-                raise CtlError(f"refused: {data['detail']}" + (f"\n{text}" if text else ""))
+            with self.opener.open(request, timeout=self.timeout) as answer:
+                status, text = answer.status, answer.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:  # an answer, with its status
+            status, text = exc.code, exc.read().decode("utf-8", "replace")
+        except (OSError, http.client.HTTPException) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise CtlError(f"cannot reach {self.url}: {reason}") from None
+        if status >= 400 and status not in accept:
+            if status == 409 and "explanation" in text:
+                refused = json.loads(text)
+                lines = "\n".join((refused.get("explanation") or {}).get("lines") or [])
+                raise CtlError(f"refused: {refused['detail']}" + (f"\n{lines}" if lines else ""))
             try:
-                detail = response.json()
+                detail = json.loads(text)
             except ValueError:
-                detail = response.text.strip()
-            raise CtlError(f"{method} {path}: HTTP {response.status_code}: {_words(detail)}")
-        return response.json()
+                detail = text.strip()
+            raise CtlError(f"{method} {path}: HTTP {status}: {_words(detail)}")
+        if 300 <= status < 400:
+            raise CtlError(f"{method} {path}: HTTP {status}: redirected, not followed")
+        if not text:
+            return None  # 204: nothing to say
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise CtlError(f"{method} {path}: HTTP {status}: not JSON: {text[:200]!r}") from None
 
     def get(self, path: str, params: list[tuple[str, str]]) -> Any:
         return self.call("GET", path, params=params)

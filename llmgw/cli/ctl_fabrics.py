@@ -6,8 +6,6 @@ import argparse
 import json
 from typing import Any
 
-import httpx
-
 from llmgw.cli.ctl_client import DASH, Api, table
 
 
@@ -103,7 +101,7 @@ def _gbps(value: float | None) -> str:
 def cmd_fabric_test(api: Api, args: argparse.Namespace) -> str:
     """One row a rail; the request waits while the rails run one after another."""
     # Each rail takes its duration plus the agents' setup; the default 30 s is too short.
-    api.client.timeout = httpx.Timeout(args.wait)
+    api.timeout = args.wait
     body = {"a": args.a, "b": args.b, "duration_s": args.duration, "size": args.size}
     data = api.call("POST", "/api/v1/fabrics/test", body)
     if args.json:
