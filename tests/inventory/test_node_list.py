@@ -121,6 +121,31 @@ def test_fields_answer_only_what_was_asked_and_as_the_full_row_says(api, fleet):
     assert row["gpu_classes"] == {"H100-80GB": 8} and len(full["gpus"]) == 8
 
 
+def test_every_plain_field_reads_as_the_full_row_for_every_node(
+    api, fleet, make_node, agent_client
+):
+    """Asked without the nested rows, a page is written from plain values
+    (NodeSerializer.plain_rows); it must say what the full row says, field
+    by field, for reported nodes, silent ones and one whose agent said
+    nothing of its system (null, not "")."""
+    from llmgw.inventory.api.serializers import NodeSerializer
+    from tests.payloads import heartbeat, registration
+
+    _, known = make_node("gpu-1")
+    agent_client(known).post("register", registration("gpu-1"))
+    agent_client(known).post("heartbeat", heartbeat("gpu-1"))
+    _, old = make_node("old-agent")
+    agent_client(old).post("register", registration("old-agent", labels={}, system={}))
+    nested = {"filesystems", "gpus", "holdings"}
+    plain = [f for f in NodeSerializer.Meta.fields if f not in nested]
+    full = api.get("/api/v1/nodes?limit=1000").json()["results"]
+    asked = "".join(f"&fields={f}" for f in plain)  # one at a time: each is a short text
+    rows = api.get(f"/api/v1/nodes?limit=1000{asked}").json()["results"]
+    assert len(rows) == COUNT + 2
+    assert rows == [{k: node[k] for k in plain} for node in full]
+    assert {r["name"]: r["os"] for r in rows}["old-agent"] is None
+
+
 def test_a_page_costs_the_same_queries_for_10_nodes_or_1000(api, django_assert_max_num_queries):
     bulk_fleet.build(10)
     fields = "name,state,cordoned,cpus,memory_total_bytes,disk_local,gpu_classes,labels,engines"

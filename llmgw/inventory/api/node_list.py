@@ -98,5 +98,7 @@ def node_rows(
         context["disks"] = _disks(page)
     if "gpu_classes" in wanted and "gpus" not in wanted:
         context["gpu_classes"] = _gpu_classes(page)
-    rows: Any = page.prefetch_related(*nested) if nested else _plain(page, columns)
-    return list(NodeSerializer(rows, many=True, context=context, fields=fields).data)
+    if nested:
+        rows = page.prefetch_related(*nested)
+        return list(NodeSerializer(rows, many=True, context=context, fields=fields).data)
+    return NodeSerializer(context=context, fields=fields).plain_rows(_plain(page, columns))

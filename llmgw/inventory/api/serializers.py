@@ -160,12 +160,35 @@ class NodeSerializer(serializers.ModelSerializer):
         return (now - node.measured_at).total_seconds() <= settings.MEASUREMENT_MAX_AGE_S
 
     def to_representation(self, instance: Node) -> dict[str, Any]:
-        data = super().to_representation(instance)
-        # Free-form JSON columns default to "" in the table; say null instead.
-        for key in (*SYSTEM_TEXT_FIELDS, "agent_version"):
-            if key in data:
-                data[key] = data[key] or None
-        return data
+        return _unset_is_null(super().to_representation(instance))
+
+    def plain_rows(self, rows: list[Any]) -> list[dict[str, Any]]:
+        """Rows that carry every column the fields read (a page of plain
+        values), each as to_representation writes it. Each field's own
+        conversion is called directly: DRF's per-field attribute lookup,
+        made for any object, was most of a 1,000-node page's time."""
+        plan = []
+        for f in self._readable_fields:
+            source = None if f.source == "*" else f.source
+            if source is not None and "." in source:
+                raise ValueError(f"{f.field_name}: a dotted source is not a plain column")
+            plan.append((f.field_name, source, f.to_representation))
+        out = []
+        for row in rows:
+            data = {}
+            for name, source, represent in plan:
+                value = row if source is None else getattr(row, source)
+                data[name] = None if value is None else represent(value)
+            out.append(_unset_is_null(data))
+        return out
+
+
+def _unset_is_null(data: dict[str, Any]) -> dict[str, Any]:
+    # Free-form JSON columns default to "" in the table; say null instead.
+    for key in (*SYSTEM_TEXT_FIELDS, "agent_version"):
+        if key in data:
+            data[key] = data[key] or None
+    return data
 
 
 class NodePageSerializer(serializers.Serializer):
