@@ -52,7 +52,7 @@ FIGURES = [
     ("scrape_cpu", "control-plane CPU per scrape", "< 10 s", 1, "s"),
     ("scrape_database_cpu", "PostgreSQL CPU per scrape", "-", 1, "s"),
     ("whole_s", "/metrics whole, one answer", "(for comparison)", 1, "s"),
-    ("ctl_nodes", "llmgw ctl nodes", "< 2 s", 1, "s"),
+    ("ctl_nodes", "llmgw ctl nodes (median of 3)", "< 2 s", 1, "s"),
     ("first_paint", "cluster page first paint", "< 2 s", 1, "s"),
     ("cores", "control-plane CPU, all of it", "-", 1, "cores"),
     ("rss", "control-plane RSS, all of it", "-", 1 / MB, "MB"),

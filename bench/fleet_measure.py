@@ -316,18 +316,22 @@ def scrape(plane: Plane, shards: int, whole: bool = True) -> dict[str, float]:
 # --- what operators run -----------------------------------------------------
 
 
-def ctl_nodes(plane: Plane) -> dict[str, float]:
-    """`llmgw ctl nodes` as an operator runs it: seconds to the last line."""
+def ctl_nodes(plane: Plane, runs: int = 3) -> dict[str, float]:
+    """`llmgw ctl nodes` as an operator runs it: seconds to the last line,
+    median of `runs`, as explain and the first paint are."""
     env = {**plane.env, "LLMGW_URL": plane.url, "LLMGW_TOKEN": plane.token}
     llmgw = str(Path(sys.executable).parent / "llmgw")
-    started = time.perf_counter()
-    done = subprocess.run(
-        [llmgw, "ctl", "nodes"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"llmgw ctl nodes exited {done.returncode}: {done.stderr[-500:]}")
-    return {"seconds": seconds, "lines": float(len(done.stdout.splitlines()))}
+    times, lines = [], 0
+    for _ in range(runs):
+        started = time.perf_counter()
+        done = subprocess.run(
+            [llmgw, "ctl", "nodes"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
+        times.append(time.perf_counter() - started)
+        if done.returncode != 0:
+            raise RuntimeError(f"llmgw ctl nodes exited {done.returncode}: {done.stderr[-500:]}")
+        lines = len(done.stdout.splitlines())
+    return {"seconds": statistics.median(times), "lines": float(lines)}
 
 
 def first_paint(plane: Plane, runs: int = 3) -> float:
