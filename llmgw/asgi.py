@@ -38,8 +38,3 @@ gateway = Gateway()
 application = ProtocolTypeRouter(
     {"http": mount(gateway, heartbeats_first(limit_body(django_app))), "websocket": websockets}
 )
-
-# Everything is imported: freeze it and set the collector for serving.
-from llmgw import heap  # noqa: E402
-
-heap.settle()

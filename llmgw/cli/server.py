@@ -69,9 +69,6 @@ def worker_command(concurrency: int) -> int:
     from llmgw.celery import app
 
     app.loader.import_default_modules()
-    from llmgw import heap
-
-    heap.settle()
     eager = settings.CELERY_TASK_ALWAYS_EAGER
     tasks = {
         name: (app.tasks[entry["task"]].apply if eager else app.tasks[entry["task"]].delay,
