@@ -18,9 +18,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Prefetch
 from django.utils import timezone
 
 from llmgw.catalog.models import Model
+from llmgw.inventory.models import Node
 from llmgw.serving import draining, lost, placing, warm
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import HeldState, Replica
@@ -108,7 +110,11 @@ def reconcile_model(model: Model, now: datetime | None = None) -> dict[str, Any]
 
 def _reconcile(model: Model, now: datetime) -> dict[str, Any]:
     done: dict[str, Any] = {"released": [], "placed": [], "refused": None}
-    replicas = list(Replica.objects.filter(model=model).prefetch_related("shards__node"))
+    # Each shard's node by name alone: the whole rows (cards, topology,
+    # engines) of every node that runs a replica cost seconds at 500
+    # replicas, on every tick, and only the name is read here.
+    nodes = Prefetch("shards__node", queryset=Node.objects.only("name"))
+    replicas = list(Replica.objects.filter(model=model).prefetch_related(nodes))
     for replica in replicas:
         if replica.state in (ReplicaState.FAILED, ReplicaState.LOST):
             why = "; ".join(

@@ -124,7 +124,7 @@ def _store_section(node: Node, data: dict[str, Any], now: datetime) -> dict[str,
 def reconcile_soon() -> None:
     """A shard changed state: let the reconciler look now rather than at its
     next tick (a failed replica is replaced, a ready one may free the queue)."""
-    tasks.reconcile.delay()
+    tasks.reconcile_soon()
 
 
 SECTION = Section(

@@ -6,12 +6,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+import redis
+from django.conf import settings
+from django.core.cache import cache
 from django.utils import timezone
 
 from llmgw.catalog import services as catalog
 from llmgw.catalog.models import Model
 from llmgw.cli import ctl
-from llmgw.serving import placing, reconciler
+from llmgw.serving import placing, reconciler, tasks
 from llmgw.serving.models import Replica, Shard
 from tests.payloads import heartbeat, registration
 from tests.tokens import make_token
@@ -233,3 +236,32 @@ def test_ctl_place_says_the_replica_is_held(node, live_server, operator, monkeyp
     )
     reconciler.reconcile_all()
     assert list(Replica.objects.values_list("pk", flat=True)) == [replica]
+
+
+def test_shards_changing_state_together_ask_for_one_reconcile(
+    node, django_capture_on_commit_callbacks
+):
+    """Each shard report that changes a state asks for a reconcile; one
+    asked for and not yet started reads every change after it, so the
+    rest ride on it (counted on the real broker), and once it has started
+    the next change asks again."""
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    cache.delete(tasks.SOON_KEY)
+    reconciler.reconcile_all()
+    ids = [s["id"] for s in report(node, {})["desired"]["shards"]]
+    before = broker.llen("celery")
+    try:
+        for state in ("starting", "loading", "ready"):
+            with django_capture_on_commit_callbacks(execute=True) as asked:
+                report(node, {i: state for i in ids})
+            assert asked, "a shard report that changed states asked for nothing"
+        assert broker.llen("celery") - before == 1
+        tasks.reconcile()  # the task starting, as a worker runs it
+        with django_capture_on_commit_callbacks(execute=True):
+            report(node, {ids[0]: "failed", ids[1]: "ready"}, message="exit 1")
+        assert broker.llen("celery") - before == 2
+    finally:
+        pushed = broker.llen("celery") - before
+        if pushed > 0:
+            broker.lpop("celery", pushed)
+        cache.delete(tasks.SOON_KEY)
