@@ -39,6 +39,7 @@ default, one process) has no log: there the fleet is read whole each time.
 from __future__ import annotations
 
 import heapq
+import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -52,6 +53,11 @@ from llmgw.inventory.models import Node
 from llmgw.placement.scheduler import Inventory
 from llmgw.placement.snapshot import node_views
 from llmgw.placement.types import READY, Decision, NodeView
+
+log = logging.getLogger("llmgw.placement")
+# A look slower than this is logged with what it read: every placer of
+# the process waits for it.
+SLOW_LOOK_S = 0.5
 
 # The rows whose transactions had not committed when we last looked (at
 # or above that snapshot's xmax, or in progress then), and this
@@ -132,6 +138,7 @@ class WarmFleet:
         self.generation = 0
         self.looked_at = self.pruned_at = time.monotonic()
         self.rebuilds = 0
+        self.loads = 0
         self.reads = 0
         self.replaced = 0
         # Nodes in a power-capped domain, whose measured draw placement
@@ -147,6 +154,27 @@ class WarmFleet:
         decides (own_xid is then its id)."""
         if connection.vendor != "postgresql":
             return Inventory(node_views())
+        started = time.monotonic()
+        before = (self.loads, self.reads, self.rebuilds)
+        try:
+            return self._current(writing)
+        finally:
+            took = time.monotonic() - started
+            if took > SLOW_LOOK_S:
+                loads, reads, rebuilds = (
+                    a - b
+                    for a, b in zip((self.loads, self.reads, self.rebuilds), before, strict=True)
+                )
+                log.info(
+                    "warm fleet: a look took %.2f s (%s whole-fleet reads, %s nodes read again, "
+                    "%s re-indexings)",
+                    took,
+                    loads,
+                    reads,
+                    rebuilds,
+                )
+
+    def _current(self, writing: bool) -> Inventory:
         now = time.monotonic()
         if now - self.pruned_at > PRUNE_EVERY_S:
             self.pruned_at = now
@@ -317,6 +345,7 @@ class WarmFleet:
                 self.lapsed.add(pk)
 
     def _load_all(self) -> None:
+        self.loads += 1
         self.pk_by_name = dict(Node.objects.values_list("name", "pk"))
         views = node_views()
         self.views = {self.pk_by_name[v.name]: v for v in views}

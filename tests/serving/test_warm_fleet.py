@@ -348,3 +348,37 @@ def test_the_embedded_default_reads_the_fleet_whole_and_explains(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_a_fabric_seen_again_or_failing_a_sweep_is_not_a_change_of_the_fleet(dgx):
+    # Each node reporting its ports sets its fabric's last_seen, and a sweep
+    # that timed out writes its map's error: logged as changes of every
+    # node, a reconnecting fleet had each process read 5,000 nodes again
+    # for every one. What placement reads of them still counts.
+    from django.utils import timezone
+
+    from llmgw.fabrics.models import FabricMap, PhysicalFabric
+
+    def made() -> None:
+        fabric = PhysicalFabric.objects.create(
+            identity="0xa088c20300774110", kind="infiniband", last_seen=timezone.now()
+        )
+        FabricMap.objects.create(fabric=fabric)
+
+    elsewhere(made)
+    placing.dry_run("one")
+    loads = warm.FLEET.loads
+    fabrics = PhysicalFabric.objects.all()
+    elsewhere(lambda: fabrics.update(last_seen=timezone.now()))
+    elsewhere(
+        lambda: FabricMap.objects.update(error="no answer within 120 s", error_at=timezone.now())
+    )
+    placing.dry_run("one")
+    assert warm.FLEET.loads == loads
+    elsewhere(lambda: FabricMap.objects.update(taken_at=timezone.now(), analysis={"nodes": {}}))
+    placing.dry_run("one")
+    assert warm.FLEET.loads == loads + 1
+    elsewhere(lambda: fabrics.update(identity="0xa088c20300774111"))
+    placing.dry_run("one")
+    assert warm.FLEET.loads == loads + 2
+
