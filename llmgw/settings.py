@@ -169,8 +169,20 @@ if REDIS_URL:
             # blocking pop that long: every idle stream's receive timed
             # out, its socket was torn down and the agent reconnected every
             # ~5 s. Reads may wait well past the pop; connecting may not.
+            # redis-py 8 also caps a pool at 100 connections and fails the
+            # 101st at once: 2,500 agents reopening their streams on one
+            # web process after a restart each join a group, and hundreds
+            # of those failed with "Too many connections" (Redis itself
+            # takes 10,000 clients).
             "CONFIG": {
-                "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5}]
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "socket_timeout": 30,
+                        "socket_connect_timeout": 5,
+                        "max_connections": 2000,
+                    }
+                ]
             },
         }
     }
