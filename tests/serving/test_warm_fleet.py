@@ -305,6 +305,23 @@ def test_a_new_node_joins_the_warm_fleet(dgx, make_node, agent_client):
     assert replica is not None and replica.shards.get().node.name == "cpu-1"
 
 
+def test_a_joining_node_is_read_alone_and_own_decisions_are_kept(dgx, make_node, agent_client):
+    # A fleet joining at 5,000 nodes had every process read every node
+    # again each time it looked. The new node alone is read; indexed again
+    # from memory, the card our own placement claimed is still claimed.
+    assert placing.place_replica("one")[0] is not None
+    loads, dirty = warm.FLEET.loads, set(warm.FLEET.dirty)
+    assert dirty, "our own placement was applied in memory"
+    for name in ("cpu-2", "cpu-0"):
+        _, credential = make_node(name)
+        agent = agent_client(credential)
+        agent.post("register", registration(name))
+        agent.post("heartbeat", heartbeat(name))
+    assert placing.dry_run("whole").decision is None  # seven cards free, not eight
+    assert warm.FLEET.loads == loads
+    assert [warm.FLEET.views[pk].name for pk in warm.FLEET.order] == ["cpu-0", "cpu-2", "dgx-1"]
+
+
 EMBEDDED = """
 import django; django.setup()
 from django.core.management import call_command
