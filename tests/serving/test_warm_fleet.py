@@ -368,10 +368,10 @@ def test_the_embedded_default_reads_the_fleet_whole_and_explains(tmp_path):
 
 
 def test_a_fabric_seen_again_or_failing_a_sweep_is_not_a_change_of_the_fleet(dgx):
-    # Each node reporting its ports sets its fabric's last_seen, and a sweep
-    # that timed out writes its map's error: logged as changes of every
-    # node, a reconnecting fleet had each process read 5,000 nodes again
-    # for every one. What placement reads of them still counts.
+    # Each node reporting its ports sets its fabric's last_seen, a sweep
+    # that timed out writes its map's error, and each sweep stores the same
+    # map with a new taken_at: logged as changes of every node, each had
+    # every process read 5,000 nodes again. What placement reads still counts.
     from django.utils import timezone
 
     from llmgw.fabrics.models import FabricMap, PhysicalFabric
@@ -392,6 +392,10 @@ def test_a_fabric_seen_again_or_failing_a_sweep_is_not_a_change_of_the_fleet(dgx
     )
     placing.dry_run("one")
     assert warm.FLEET.loads == loads
+    elsewhere(lambda: FabricMap.objects.update(taken_at=timezone.now(), analysis={"nodes": {}}))
+    placing.dry_run("one")
+    assert warm.FLEET.loads == loads + 1
+    # Swept again to the same map: only when it was taken moves.
     elsewhere(lambda: FabricMap.objects.update(taken_at=timezone.now(), analysis={"nodes": {}}))
     placing.dry_run("one")
     assert warm.FLEET.loads == loads + 1

@@ -1,5 +1,5 @@
-"""A fabric being seen, or failing to be swept, no longer counts as a
-change of the whole fleet.
+"""A fabric being seen, swept to the same map, or failing to be swept no
+longer counts as a change of the whole fleet.
 
 0006 logged every update of a physical fabric and of its map as a change
 to every node (a NULL node). Each node that reports its ports sets its
@@ -7,10 +7,13 @@ fabric's last_seen, so a fleet reconnecting after a restart wrote some
 3,000 such rows in a minute, and every process's warm fleet read all
 5,000 nodes again for each one it saw: 6 to 8 s a read under load, while
 placements and heartbeats waited. A sweep whose command timed out writes
-the map's error columns, and did the same. Placement reads a fabric's
-identity and kind (through its ports) and a map's analysis and when it was
-taken; only those columns count now. A fabric or map created or deleted
-still changes the whole fleet.
+the map's error columns, and did the same; and every five-minute sweep
+stores the map again with a new taken_at, the analysis unchanged, so
+every process read the whole fleet every five minutes in steady state.
+Placement reads a fabric's identity and kind (through its ports) and a
+map's analysis (taken_at only to know when to index it again, which it
+reads itself); only those columns count now. A fabric or map created or
+deleted still changes the whole fleet.
 """
 
 from django.db import migrations
@@ -18,7 +21,7 @@ from django.db import migrations
 # (table, the columns placement reads; None: every update, as 0006 had it)
 TABLES = {
     "fabrics_physicalfabric": ["identity", "kind"],
-    "fabrics_fabricmap": ["fabric_id", "taken_at", "analysis"],
+    "fabrics_fabricmap": ["fabric_id", "analysis"],
 }
 
 
