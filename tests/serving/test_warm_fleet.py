@@ -403,36 +403,3 @@ def test_a_fabric_seen_again_or_failing_a_sweep_is_not_a_change_of_the_fleet(dgx
     placing.dry_run("one")
     assert warm.FLEET.loads == loads + 2
 
-
-def test_a_web_process_reads_the_fleet_when_it_starts_not_when_first_asked(dgx, monkeypatch):
-    # Cold, the first placement or explain after a deploy read 5,000 nodes
-    # (6 to 8 s) with every other placer of the process behind it.
-    import asyncio
-
-    from llmgw.asgi import application
-    from llmgw.serving import keep_warm
-
-    monkeypatch.setattr(keep_warm, "FIRST_AFTER_S", 0.0)
-    warm.FLEET.reset()
-    messages: asyncio.Queue[dict] = asyncio.Queue()
-    sent: list[dict] = []
-
-    async def send(message: dict) -> None:
-        sent.append(message)
-
-    async def run() -> None:
-        server = asyncio.ensure_future(application({"type": "lifespan"}, messages.get, send))
-        await messages.put({"type": "lifespan.startup"})
-        for _ in range(200):
-            if warm.FLEET.inventory is not None:
-                break
-            await asyncio.sleep(0.05)
-        await messages.put({"type": "lifespan.shutdown"})
-        await server
-
-    asyncio.run(run())
-    assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
-    assert warm.FLEET.inventory is not None and warm.FLEET.loads == 1
-    reads = warm.FLEET.loads
-    assert placing.dry_run("one").decision is not None
-    assert warm.FLEET.loads == reads
