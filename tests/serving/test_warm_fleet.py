@@ -402,4 +402,3 @@ def test_a_fabric_seen_again_or_failing_a_sweep_is_not_a_change_of_the_fleet(dgx
     elsewhere(lambda: fabrics.update(identity="0xa088c20300774111"))
     placing.dry_run("one")
     assert warm.FLEET.loads == loads + 2
-
