@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from llmgw_agent.protocol.bounds import NAME
 
@@ -328,14 +328,36 @@ def mark_missed_heartbeats(now: datetime | None = None) -> list[str]:
         deadline = now - timedelta(seconds=interval * missed)
         if resumed is not None and resumed > deadline:
             continue  # not yet a full grace of listening since the outage
-        stale = Node.objects.filter(
-            state=NodeState.READY,
-            heartbeat_interval_s=interval,
-            last_heartbeat_at__lt=deadline,
-        )
-        names = list(stale.values_list("name", flat=True))
-        if names and stale.filter(name__in=names).update(state=NodeState.NOT_READY):
-            changed.extend(names)
-    for name in changed:
+        changed += _mark_silent(interval, deadline)
+    for name in sorted(changed):
         log.warning("node %s missed %d heartbeats: NotReady", name, missed)
     return changed
+
+
+def _mark_silent(interval: int, deadline: datetime) -> list[str]:
+    """NotReady for the Ready nodes of this interval heard last before
+    `deadline`, in one statement; the names of exactly those it changed.
+
+    A row a heartbeat batch is writing at this moment is skipped (SKIP
+    LOCKED): it is being heard, so it is not silent, and waiting for it
+    is what deadlocked. The batch locks its rows in name order, this
+    update took them in the table's order; at 5,000 nodes each deadlock
+    failed either the staleness pass or a batch of hundreds of live
+    nodes' heartbeats (answered 503). The names come back from the update
+    itself: nodes heard between a separate read and the update used to be
+    logged NotReady though they were not."""
+    quote = connection.ops.quote_name
+    table = quote(Node._meta.db_table)
+    skip = (
+        " FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
+    )
+    sql = (
+        f"UPDATE {table} SET {quote('state')} = %s WHERE {quote('id')} IN ("
+        f"SELECT {quote('id')} FROM {table} WHERE {quote('state')} = %s"
+        f" AND {quote('heartbeat_interval_s')} = %s AND {quote('last_heartbeat_at')} < %s{skip})"
+        f" RETURNING {quote('name')}"
+    )
+    at = connection.ops.adapt_datetimefield_value(deadline)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [NodeState.NOT_READY, NodeState.READY, interval, at])
+        return [row[0] for row in cursor.fetchall()]
