@@ -329,7 +329,8 @@ def mark_missed_heartbeats(now: datetime | None = None) -> list[str]:
         if resumed is not None and resumed > deadline:
             continue  # not yet a full grace of listening since the outage
         changed += _mark_silent(interval, deadline)
-    for name in sorted(changed):
+    changed.sort()
+    for name in changed:
         log.warning("node %s missed %d heartbeats: NotReady", name, missed)
     return changed
 

@@ -6,30 +6,23 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from llmgw.accounts import hashing
 from llmgw.inventory import heartbeats, services
 from llmgw.inventory.models import Node
-from tests.payloads import heartbeat, registration
+from tests.inventory.test_heartbeat_batch import joined
+from tests.payloads import heartbeat
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def joined(make_node: Any, name: str) -> str:
-    node, credential = make_node(name)
-    services.register(node, registration(name, heartbeat_interval_s=10), None)
-    return hashing.digest(credential.rpartition(".")[2])
 
 
 def test_a_node_whose_heartbeat_is_being_written_is_not_marked_silent(make_node):
     if connection.vendor != "postgresql":
         pytest.skip("row locks are PostgreSQL's")
-    digest = joined(make_node, "gpu-1")
+    _, digest = joined(make_node, "gpu-1")
     joined(make_node, "gpu-2")
     now = timezone.now()
     Node.objects.update(state="Ready", last_heartbeat_at=now - timedelta(minutes=5))
