@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from django.db import connection
+from django.db import connection, transaction
 
 from llmgw.catalog.models import Engine
 from llmgw.inventory.models import Node
@@ -182,7 +182,8 @@ def rebuild(node_ids: Iterable[int] | None = None) -> None:
     three round trips whatever the number of nodes: their shards (each
     with its model's path on that node), the engine catalog's versions
     (the catalog itself only when they changed), and one UPDATE that
-    picks each node's document by its NVIDIA driver itself."""
+    picks each node's document by its NVIDIA driver itself; for more than
+    one node, a fourth first locks their rows in name order (_write)."""
     if node_ids is None:
         ids = list(Node.objects.values_list("pk", flat=True))
     else:
@@ -215,6 +216,9 @@ SET desired = CASE WHEN n.nvidia_driver <> '' THEN v.gpu ELSE COALESCE(v.bare, v
 FROM (VALUES {rows}) AS v(id, gpu, gpu_digest, bare, bare_digest)
 WHERE n.id = v.id
 """
+# Locks are taken after the sort (PostgreSQL applies FOR UPDATE to the
+# sorted rows), so in name order.
+LOCK = "SELECT 1 FROM inventory_node WHERE id = ANY(%s) ORDER BY name FOR UPDATE"
 WRITE_ROW = "(%s::bigint, %s::jsonb, %s::text, %s::jsonb, %s::text)"
 # Five parameters a node, well under PostgreSQL's 65,535 a statement.
 WRITE_CHUNK = 2_000
@@ -233,10 +237,29 @@ def _write(docs: dict[int, tuple[str, str | None]]) -> None:
             )
         return
     items = list(docs.items())
-    for start in range(0, len(items), WRITE_CHUNK):
-        chunk = items[start : start + WRITE_CHUNK]
-        params: list[Any] = []
-        for pk, (gpu, bare) in chunk:
-            params += [pk, gpu, _digest_of(gpu), bare, None if bare is None else _digest_of(bare)]
+    if not items:
+        return
+    if len(items) == 1:
+        # One row's UPDATE cannot hold locks crosswise: placement's usual
+        # one-node rebuild takes no extra trip.
         with connection.cursor() as cursor:
-            cursor.execute(WRITE.format(rows=", ".join([WRITE_ROW] * len(chunk))), params)
+            _update(cursor, items)
+        return
+    # One transaction (none of its own inside a caller's): the locks taken
+    # in name order must be held through the UPDATEs.
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        # Heartbeat batches lock their nodes' rows in name order; an UPDATE
+        # ... FROM VALUES locks in whatever order its plan reads them, and
+        # the two deadlocked at 5,000 nodes, failing a batch of live nodes'
+        # heartbeats. Taken first, in the batches' order, the rows are
+        # waited for, never held crosswise.
+        cursor.execute(LOCK, [[pk for pk, _ in items]])
+        for start in range(0, len(items), WRITE_CHUNK):
+            _update(cursor, items[start : start + WRITE_CHUNK])
+
+
+def _update(cursor: Any, chunk: list[tuple[int, tuple[str, str | None]]]) -> None:
+    params: list[Any] = []
+    for pk, (gpu, bare) in chunk:
+        params += [pk, gpu, _digest_of(gpu), bare, None if bare is None else _digest_of(bare)]
+    cursor.execute(WRITE.format(rows=", ".join([WRITE_ROW] * len(chunk))), params)
