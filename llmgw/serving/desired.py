@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from django.db import connection, transaction
 
 from llmgw.catalog.models import Engine
+from llmgw.database import prepared
 from llmgw.inventory.models import Node
 
 
@@ -68,17 +69,38 @@ JSON_COLUMNS = ("gpu_indices", "env", "args")
 READ_CHUNK = 900
 
 
-def _shards(ids: list[int]) -> Iterable[dict[str, Any]]:
-    with connection.cursor() as cursor:
+# On PostgreSQL the engine catalog's versions come back on every row (a
+# row with no shard when the nodes have none): under placement's lock a
+# round trip of their own was a tenth of a placement.
+WITH_VERSIONS = f"""
+SELECT v.versions, s.*
+FROM (SELECT {{versions}} AS versions) AS v
+LEFT JOIN ({SHARDS}) AS s ON true
+"""
+
+
+def _shards(ids: list[int]) -> tuple[list[dict[str, Any]], list[str] | None]:
+    """The nodes' shards as rows of SHARD_COLUMNS, and on PostgreSQL the
+    engine catalog's versions as read with them (None: not read)."""
+    versioned = connection.vendor == "postgresql"
+    sql = WITH_VERSIONS.replace("{versions}", f"({VERSIONS})") if versioned else SHARDS
+    rows, versions = [], None
+    with prepared.cursor() as cursor:
         for start in range(0, len(ids), READ_CHUNK):
             chunk = ids[start : start + READ_CHUNK]
-            cursor.execute(SHARDS.format(nodes=", ".join(["%s"] * len(chunk))), chunk)
+            # replace, not format: the versions' SQL has braces of its own.
+            cursor.execute(sql.replace("{nodes}", ", ".join(["%s"] * len(chunk))), chunk)
             for values in cursor.fetchall():
+                if versioned:
+                    versions, values = values[0], values[1:]
+                    if values[0] is None:
+                        continue  # the LEFT JOIN's row: no shard here
                 row = dict(zip(SHARD_COLUMNS, values, strict=True))
                 for column in JSON_COLUMNS:
                     if isinstance(row[column], str):
                         row[column] = json.loads(row[column])
-                yield row
+                rows.append(row)
+    return rows, versions
 
 
 def shard_spec(row: dict[str, Any]) -> dict[str, Any]:
@@ -120,7 +142,10 @@ def _document(engines_text: str, shards: list[dict[str, Any]]) -> str:
 # catalog again only when one changed, was added or went. Placement
 # rebuilds on every decision, and the catalog's package locks, tens of
 # kilobytes of JSON an engine, were read and decoded each time.
-VERSIONS = "SELECT id, xmin::text, ctid::text FROM catalog_engine ORDER BY id"
+VERSIONS = (
+    "SELECT COALESCE(array_agg(id::text || ' ' || xmin::text || ' ' || ctid::text ORDER BY id),"
+    " '{}') FROM catalog_engine"
+)
 # The (engine, version) pairs a node's shards ask for.
 Wanted = frozenset[tuple[str, str]]
 
@@ -156,14 +181,16 @@ class Catalog:
     def clear(self) -> None:
         self.kept: Kept | None = None
 
-    def current(self) -> Kept:
-        """The engine catalog as stored now (shared: read, never changed).
-        The embedded database keeps nothing: each call reads it again."""
+    def current(self, versions: list[str] | None = None) -> Kept:
+        """The engine catalog as stored now (shared: read, never changed);
+        `versions`: VERSIONS as just read, else read here. The embedded
+        database keeps nothing: each call reads it again."""
         if connection.vendor != "postgresql":
             return Kept((), list(Engine.objects.all()), {})
-        with connection.cursor() as cursor:
-            cursor.execute(VERSIONS)
-            versions = cursor.fetchall()
+        if versions is None:
+            with prepared.cursor() as cursor:
+                cursor.execute(VERSIONS)
+                versions = cursor.fetchone()[0]
         kept = self.kept
         if kept is not None and kept.versions == versions:
             return kept
@@ -179,19 +206,20 @@ def rebuild(node_ids: Iterable[int] | None = None) -> None:
     """Recompute the desired state of the given nodes (all when None).
 
     Placement calls this under its lock for every decision, so it costs
-    three round trips whatever the number of nodes: their shards (each
-    with its model's path on that node), the engine catalog's versions
-    (the catalog itself only when they changed), and one UPDATE that
-    picks each node's document by its NVIDIA driver itself; for more than
-    one node, a fourth first locks their rows in name order (_write)."""
+    two round trips whatever the number of nodes: their shards (each with
+    its model's path on that node) read with the engine catalog's versions
+    (the catalog itself only when they changed), and one UPDATE that picks
+    each node's document by its NVIDIA driver itself; for more than one
+    node, a third first locks their rows in name order (_write)."""
     if node_ids is None:
         ids = list(Node.objects.values_list("pk", flat=True))
     else:
         ids = sorted(set(node_ids))
     shards: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for row in _shards(ids):
+    rows, versions = _shards(ids)
+    for row in rows:
         shards[row["node_id"]].append(row)
-    catalog = CATALOG.current()
+    catalog = CATALOG.current(versions)
     docs: dict[int, tuple[str, str | None]] = {}
     for node_id in ids:
         mine = sorted(shards[node_id], key=lambda r: (r["replica_id"], r["rank"]))
@@ -242,12 +270,12 @@ def _write(docs: dict[int, tuple[str, str | None]]) -> None:
     if len(items) == 1:
         # One row's UPDATE cannot hold locks crosswise: placement's usual
         # one-node rebuild takes no extra trip.
-        with connection.cursor() as cursor:
+        with prepared.cursor() as cursor:
             _update(cursor, items)
         return
     # One transaction (none of its own inside a caller's): the locks taken
     # in name order must be held through the UPDATEs.
-    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+    with transaction.atomic(savepoint=False), prepared.cursor() as cursor:
         # Heartbeat batches lock their nodes' rows in name order; an UPDATE
         # ... FROM VALUES locks in whatever order its plan reads them, and
         # the two deadlocked at 5,000 nodes, failing a batch of live nodes'

@@ -21,6 +21,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from llmgw.catalog.models import Model, Profile
+from llmgw.database import prepared
 from llmgw.inventory.models import Node
 from llmgw.placement import services as placement
 from llmgw.placement.explaining import lines
@@ -31,12 +32,6 @@ from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import GpuClaim, PlacementRecord, Replica, Shard
 
 _LOCK_KEY = 0x6C6C6D67  # "llmg"
-
-
-def _lock() -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
 
 
 def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
@@ -51,10 +46,9 @@ def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
     every thread that holds one waiting for the lock, until the pool's
     timeout failed them all."""
     with transaction.atomic(), warm.FLEET.lock:
-        # The catalog is read before the lock: only claims need it.
+        # The catalog, and the lock taken in the same statement (_catalog).
         model, stored = _catalog(model_name)
         profiles = [profile_view(p) for p in stored]
-        _lock()
         # Our transaction's id, assigned by the look, names the log rows
         # this placement writes: the warm fleet skips them once committed.
         inventory = warm.FLEET.current(writing=True)
@@ -76,10 +70,18 @@ def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
 
 def _catalog(model_name: str) -> tuple[Model, list[Profile]]:
     """The model and its profiles in one plain query: the ORM compiling a
-    select_related one cost a millisecond of CPU on every placement."""
-    rows = _rows(CATALOG, [model_name])
+    select_related one cost a millisecond of CPU on every placement. On
+    PostgreSQL the same statement takes placement's lock: a round trip of
+    its own was a tenth of a placement."""
+    if connection.vendor == "postgresql":
+        rows = _rows(LOCKING_CATALOG, [_LOCK_KEY, model_name])
+    else:
+        rows = _rows(CATALOG, [model_name])
     if not rows:
         raise placement.PlacementError(f"no model named {model_name!r} in the catalog")
+    kept = _BUILT.get(model_name)
+    if kept is not None and kept[0] == rows:
+        return kept[1], kept[2]
     model_width = len(Model._meta.concrete_fields)
     model = _instance(Model, rows[0][:model_width])
     profiles = []
@@ -88,7 +90,15 @@ def _catalog(model_name: str) -> tuple[Model, list[Profile]]:
             profile = _instance(Profile, row[model_width:])
             profile.model = model
             profiles.append(profile)
+    _BUILT[model_name] = (rows, model, profiles)
     return model, profiles
+
+
+# Each model's catalog rows as last read and the instances built from them:
+# rows read again that are the same are not converted again (0.3-0.5 ms
+# of the 3 ms of CPU a placement took). Read every time, so never
+# stale; placement only reads the instances, so threads may share them.
+_BUILT: dict[str, tuple[list[tuple[Any, ...]], Model, list[Profile]]] = {}
 
 
 def _columns(model: type[Any], table: str) -> str:
@@ -105,10 +115,21 @@ FROM catalog_model m LEFT JOIN catalog_profile p ON p.model_id = m.id
 WHERE m.name = %s
 ORDER BY p.priority DESC, p.name
 """
+# The catalog as read before the lock is granted (the statement's snapshot
+# is taken when it starts): only claims need reading after it, and the
+# warm fleet's look does that in the next statement. No rows (an unknown
+# model) may leave the lock untaken; that placement fails and rolls back.
+LOCKING_CATALOG = f"""
+WITH granted AS MATERIALIZED (SELECT pg_advisory_xact_lock(%s::bigint))
+SELECT {_columns(Model, "m")}, {_columns(Profile, "p")}
+FROM granted, catalog_model m LEFT JOIN catalog_profile p ON p.model_id = m.id
+WHERE m.name = %s
+ORDER BY p.priority DESC, p.name
+"""
 
 
 def _rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
 

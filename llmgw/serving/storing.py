@@ -19,6 +19,7 @@ from django.db import connection
 from django.db.models import Field
 from django.db.models import Model as DjangoModel
 
+from llmgw.database import prepared
 from llmgw.serving.models import PlacementRecord, Replica, Shard
 
 STATEMENT = """
@@ -81,7 +82,7 @@ def store(replica: Replica, shards: list[Shard], record: PlacementRecord) -> Non
         or "(NULL::integer, NULL::integer)",
         record_set=", ".join(f"{connection.ops.quote_name(f.column)} = %s" for f in record_fields),
     )
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, params)
         replica_id, updated = cursor.fetchone()
     replica.pk = replica_id

@@ -49,6 +49,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from llmgw.database import prepared
 from llmgw.inventory.models import Node
 from llmgw.placement.scheduler import Inventory
 from llmgw.placement.snapshot import node_views
@@ -249,7 +250,7 @@ class WarmFleet:
             self.xip.append(own)
 
     def _changes(self, writing: bool) -> tuple[set[int], bool]:
-        with connection.cursor() as cursor:
+        with prepared.cursor() as cursor:
             cursor.execute(CHANGES, [writing, self.xmax, self.xip])
             rows = cursor.fetchall()
         snapshot, own = rows[0][0], rows[0][1]

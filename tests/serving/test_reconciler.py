@@ -176,7 +176,7 @@ def test_a_replica_placed_by_hand_is_held_not_taken_back(node, api, django_asser
     # A cold warm fleet and engine catalog (each test starts with neither):
     # the fleet read whole, the catalog's versions and rows, and the
     # decision stored; the answer says where and judges no node.
-    with django_assert_num_queries(31):
+    with django_assert_num_queries(29):
         placed = api.post("/api/v1/models/tiny/place")
     assert placed.status_code == 201, placed.json()
     body = placed.json()

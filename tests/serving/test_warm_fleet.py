@@ -274,12 +274,12 @@ def test_own_placements_are_applied_in_memory_and_never_hand_out_a_card_twice(dg
     assert GpuClaim.objects.filter(node__name="dgx-1").count() == 8
 
 
-def test_a_placement_on_the_warm_fleet_is_nine_round_trips(dgx, django_assert_num_queries):
+def test_a_placement_on_the_warm_fleet_is_seven_round_trips(dgx, django_assert_num_queries):
     placing.place_replica("one")
-    # BEGIN, the model with its profiles, the lock, the look at the log,
-    # one statement for replica, shard, claims and record, the node's
-    # shards, the engines, the node's desired state, COMMIT.
-    with django_assert_num_queries(9):
+    # BEGIN, the model with its profiles taking the lock, the look at the
+    # log, one statement for replica, shard, claims and record, the node's
+    # shards with the engines' versions, the node's desired state, COMMIT.
+    with django_assert_num_queries(7):
         replica, _ = placing.place_replica("one")
     assert replica is not None
     node = Node.objects.get(name="dgx-1")
