@@ -69,21 +69,11 @@ JSON_COLUMNS = ("gpu_indices", "env", "args")
 READ_CHUNK = 900
 
 
-# On PostgreSQL the engine catalog's versions come back on every row (a
-# row with no shard when the nodes have none): under placement's lock a
-# round trip of their own was a tenth of a placement.
-WITH_VERSIONS = f"""
-SELECT v.versions, s.*
-FROM (SELECT {{versions}} AS versions) AS v
-LEFT JOIN ({SHARDS}) AS s ON true
-"""
-
-
 def _shards(ids: list[int]) -> tuple[list[dict[str, Any]], list[str] | None]:
     """The nodes' shards as rows of SHARD_COLUMNS, and on PostgreSQL the
     engine catalog's versions as read with them (None: not read)."""
     versioned = connection.vendor == "postgresql"
-    sql = WITH_VERSIONS.replace("{versions}", f"({VERSIONS})") if versioned else SHARDS
+    sql = WITH_VERSIONS if versioned else SHARDS
     rows, versions = [], None
     with prepared.cursor() as cursor:
         for start in range(0, len(ids), READ_CHUNK):
@@ -146,6 +136,14 @@ VERSIONS = (
     "SELECT COALESCE(array_agg(id::text || ' ' || xmin::text || ' ' || ctid::text ORDER BY id),"
     " '{}') FROM catalog_engine"
 )
+# On PostgreSQL the engine catalog's versions come back on every row of
+# the nodes' shards (a row with no shard when the nodes have none): under
+# placement's lock a round trip of their own was a tenth of a placement.
+WITH_VERSIONS = f"""
+SELECT v.versions, s.*
+FROM (SELECT ({VERSIONS}) AS versions) AS v
+LEFT JOIN ({SHARDS}) AS s ON true
+"""
 # The (engine, version) pairs a node's shards ask for.
 Wanted = frozenset[tuple[str, str]]
 

@@ -107,25 +107,29 @@ def _columns(model: type[Any], table: str) -> str:
     )
 
 
-# The profiles in their models' ordering (highest priority first, then by
-# name); a model without profiles still comes back, its profile columns null.
-CATALOG = f"""
+def _catalog_sql(locking: bool) -> str:
+    """The model and its profiles in their models' ordering (highest
+    priority first, then by name); a model without profiles still comes
+    back, its profile columns null.
+
+    `locking`: the same statement takes placement's lock. The catalog is
+    then read as before the lock is granted (the statement's snapshot is
+    taken when it starts): only claims need reading after it, and the warm
+    fleet's look does that in the next statement. No rows (an unknown
+    model) may leave the lock untaken; that placement fails and rolls back."""
+    lock = "WITH granted AS MATERIALIZED (SELECT pg_advisory_xact_lock(%s::bigint))"
+    return f"""
+{lock if locking else ""}
 SELECT {_columns(Model, "m")}, {_columns(Profile, "p")}
-FROM catalog_model m LEFT JOIN catalog_profile p ON p.model_id = m.id
+FROM {"granted, " if locking else ""}catalog_model m
+LEFT JOIN catalog_profile p ON p.model_id = m.id
 WHERE m.name = %s
 ORDER BY p.priority DESC, p.name
 """
-# The catalog as read before the lock is granted (the statement's snapshot
-# is taken when it starts): only claims need reading after it, and the
-# warm fleet's look does that in the next statement. No rows (an unknown
-# model) may leave the lock untaken; that placement fails and rolls back.
-LOCKING_CATALOG = f"""
-WITH granted AS MATERIALIZED (SELECT pg_advisory_xact_lock(%s::bigint))
-SELECT {_columns(Model, "m")}, {_columns(Profile, "p")}
-FROM granted, catalog_model m LEFT JOIN catalog_profile p ON p.model_id = m.id
-WHERE m.name = %s
-ORDER BY p.priority DESC, p.name
-"""
+
+
+CATALOG = _catalog_sql(locking=False)
+LOCKING_CATALOG = _catalog_sql(locking=True)
 
 
 def _rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
