@@ -18,7 +18,6 @@ from llmgw.placement import services as placement
 from llmgw.placement.services import PlacementError
 from llmgw.placement.types import Placement
 from llmgw.serving import desired, placing, warm
-from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import Replica
 
 
@@ -94,31 +93,17 @@ def _queued() -> Iterator[None]:
 
 def _place_by_hand(name: str) -> tuple[Replica | None, Placement, dict[str, Any]]:
     warm.FLEET.look()
-    with transaction.atomic():
-        try:
-            # NO KEY UPDATE: placing inserts rows that reference the model,
-            # which a plain FOR UPDATE would block while this transaction
-            # waits for the placement lock another placer holds.
-            model = Model.objects.select_for_update(no_key=True).get(name=name)
-        except Model.DoesNotExist:
-            raise PlacementError(f"no model named {name!r} in the catalog") from None
-        before = model.always_running
-        replica, result = placing.place_replica(name)
-        counts: dict[str, Any] = {"before": before, "after": before, "held": ""}
-        if replica is None:
-            return None, result, counts
-        live = model.replicas.exclude(state__in=(ReplicaState.FAILED, ReplicaState.LOST)).count()
-        if live <= before:
-            return replica, result, {**counts, "held": f"held as one of always_running {before}"}
-        model.always_running = live
-        # under_load is a ceiling at or above always_running (set_counts).
-        model.under_load = max(model.under_load, live) if model.under_load else 0
-        model.save(update_fields=["always_running", "under_load", "updated_at"])
-        held = (
-            f"always_running raised from {before} to {live} so the reconciler keeps "
-            f"this replica; lower it with llmgw ctl model scale {name} --always-running N"
-        )
-        return replica, result, {"before": before, "after": live, "held": held}
+    replica, result, (before, after) = placing.place_held(name)
+    counts: dict[str, Any] = {"before": before, "after": after, "held": ""}
+    if replica is None:
+        return None, result, counts
+    if after == before:
+        return replica, result, {**counts, "held": f"held as one of always_running {before}"}
+    held = (
+        f"always_running raised from {before} to {after} so the reconciler keeps "
+        f"this replica; lower it with llmgw ctl model scale {name} --always-running N"
+    )
+    return replica, result, {**counts, "held": held}
 
 
 def apply_catalog(path: Path) -> dict[str, int]:

@@ -18,8 +18,10 @@ from typing import Any
 from django.db import connection
 from django.db.models import Field
 from django.db.models import Model as DjangoModel
+from django.utils import timezone
 
 from llmgw.database import prepared
+from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import PlacementRecord, Replica, Shard
 
 STATEMENT = """
@@ -38,9 +40,30 @@ WITH r AS (
     SET {record_set}, placed_replica = (SELECT id FROM r)
     WHERE model_id = %s
     RETURNING 1
-)
-SELECT (SELECT id FROM r), (SELECT count(*) FROM p)
+){held}
+SELECT (SELECT id FROM r), (SELECT count(*) FROM p){counts}
 """
+
+# A placement by hand is held: the model's always_running rises to the
+# replicas that run, this one counted (the statement's own inserts are not
+# visible to its reads). The caller holds the model's row lock, so the
+# value before is the one the update starts from.
+HELD = """, held AS (
+    UPDATE catalog_model
+    SET always_running = live.n,
+        under_load = CASE WHEN under_load > 0 AND under_load < live.n THEN live.n
+                          ELSE under_load END,
+        updated_at = %s
+    FROM (
+        SELECT count(*) + 1 AS n FROM serving_replica
+        WHERE model_id = %s AND NOT (state = ANY(%s))
+    ) AS live
+    WHERE id = %s AND live.n > always_running
+    RETURNING always_running
+)"""
+COUNTS = """,
+       (SELECT always_running FROM catalog_model WHERE id = %s),
+       (SELECT always_running FROM held)"""
 
 
 def _fields(model: type[DjangoModel], leave: Sequence[str] = ()) -> list[Field[Any, Any]]:
@@ -56,10 +79,13 @@ def _columns(fields: list[Field[Any, Any]]) -> str:
     return ", ".join(connection.ops.quote_name(f.column) for f in fields)
 
 
-def store(replica: Replica, shards: list[Shard], record: PlacementRecord) -> None:
+def store(
+    replica: Replica, shards: list[Shard], record: PlacementRecord, hold: bool = False
+) -> tuple[int, int] | None:
     """Insert the replica, its shards (in rank order) and their claims
     (`shard.gpu_indices`), and point the model's record at the replica;
-    sets the replica's key. Creates the record if the model had none."""
+    sets the replica's key. Creates the record if the model had none.
+    `hold`: raise always_running (HELD); returns it before and after."""
     replica_fields = _fields(Replica)
     shard_fields = _fields(Shard, ("replica_id",))
     record_fields = _fields(PlacementRecord, ("model_id", "placed_replica"))
@@ -72,7 +98,12 @@ def store(replica: Replica, shards: list[Shard], record: PlacementRecord) -> Non
     params += [v for claim in claims for v in claim]
     params += _values(record, record_fields)
     params.append(record.model_id)
+    if hold:
+        gone = [ReplicaState.FAILED.value, ReplicaState.LOST.value]
+        params += [timezone.now(), replica.model_id, gone, replica.model_id, replica.model_id]
     sql = STATEMENT.format(
+        held=HELD if hold else "",
+        counts=COUNTS if hold else "",
         replica_columns=_columns(replica_fields),
         replica_values=", ".join(["%s"] * len(replica_fields)),
         shard_columns=_columns(shard_fields),
@@ -84,10 +115,14 @@ def store(replica: Replica, shards: list[Shard], record: PlacementRecord) -> Non
     )
     with prepared.cursor() as cursor:
         cursor.execute(sql, params)
-        replica_id, updated = cursor.fetchone()
+        replica_id, updated, *counts = cursor.fetchone()
     replica.pk = replica_id
     replica._state.adding = False
     replica._state.db = connection.alias
     if not updated:
         record.placed_replica = replica_id
         record.save(force_insert=True)
+    if not hold:
+        return None
+    before, raised = counts
+    return before, before if raised is None else raised

@@ -176,7 +176,9 @@ def test_a_replica_placed_by_hand_is_held_not_taken_back(node, api, django_asser
     # A cold warm fleet and engine catalog (each test starts with neither):
     # the fleet read whole, the catalog's versions and rows, and the
     # decision stored; the answer says where and judges no node.
-    with django_assert_num_queries(29):
+    # The model row is locked with placement's lock and the count raised
+    # in the statement that stores the replica (placing.place_held).
+    with django_assert_num_queries(24):
         placed = api.post("/api/v1/models/tiny/place")
     assert placed.status_code == 201, placed.json()
     body = placed.json()
@@ -197,6 +199,25 @@ def test_a_replica_placed_by_hand_fills_a_held_count_it_falls_short_of(node, api
     assert body["held"] == "held as one of always_running 2"
     reconciler.reconcile_all()
     assert Replica.objects.count() == 2
+
+
+def test_a_held_placement_counts_live_replicas_and_raises_under_load_with_them(node, api):
+    # always_running 2, under_load 3. A failed replica is not counted, the
+    # new one is; under_load, a ceiling at or above always_running, rises
+    # with it once passed, and stays 0 (unset) when it was.
+    reconciler.reconcile_all()
+    Replica.objects.filter(pk=Replica.objects.order_by("pk").first().pk).update(state="failed")
+    counts = [api.post("/api/v1/models/tiny/place").json()["always_running"] for _ in range(3)]
+    assert counts == [
+        {"before": 2, "after": 2},
+        {"before": 2, "after": 3},
+        {"before": 3, "after": 4},
+    ]
+    model = Model.objects.get(name="tiny")
+    assert (model.always_running, model.under_load) == (4, 4)
+    api.patch("/api/v1/models/tiny", {"always_running": 4, "under_load": 0}, format="json")
+    assert api.post("/api/v1/models/tiny/place").json()["always_running"]["after"] == 5
+    assert Model.objects.values_list("under_load", flat=True).get(name="tiny") == 0
 
 
 def test_a_hand_placement_during_a_reconcile_tick_is_kept(node, api):
