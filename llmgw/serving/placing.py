@@ -25,6 +25,7 @@ from llmgw.database import prepared
 from llmgw.inventory.models import Node
 from llmgw.placement import services as placement
 from llmgw.placement.explaining import lines
+from llmgw.placement.scheduler import Inventory
 from llmgw.placement.snapshot import profile_view
 from llmgw.placement.types import Decision, Explanation, Placement, Rejection
 from llmgw.serving import desired, storing, warm
@@ -40,21 +41,24 @@ def place_replica(model_name: str) -> tuple[Replica | None, Placement]:
     Decided on this process's warm fleet, checked against the database
     under the lock (warm.py); the explanation is judged when read, not
     here: at 5,000 nodes it cost as much as the rest of a placement."""
-    replica, result, _ = _place(model_name, hold=False)
+    replica, result, _ = _place([model_name], hold=False)[0]
     return replica, result
 
 
-def place_held(model_name: str) -> tuple[Replica | None, Placement, Held]:
-    """Place one more replica and hold it: always_running rises to the
-    replicas that then run, in the placement's own transaction, so no tick
-    of the reconciler sees the replica without the count that keeps it.
+def place_held(names: list[str]) -> list[tuple[Replica | None, Placement, Held]]:
+    """Place one more replica of each model named (a model named twice gets
+    two), in this order and one transaction, and hold them: always_running
+    rises to the replicas that then run, so no tick of the reconciler sees
+    a replica without the count that keeps it.
 
     The model's row is locked in the statement that takes placement's lock
     and the count is raised in the statement that stores the replica: a
     lock, a count and an update of their own were five of the thirteen
     round trips of a placement by hand, every one of them a wait for every
-    other placer while 5,000 nodes beat on the same cores."""
-    return _place(model_name, hold=True)
+    other placer while 5,000 nodes beat on the same cores. Several in one
+    transaction share its lock, look, nodes' desired state and commit
+    (serving.services batches the calls that wait for each other)."""
+    return _place(names, hold=True)
 
 
 class Held(NamedTuple):
@@ -64,33 +68,64 @@ class Held(NamedTuple):
     after: int
 
 
-def _place(model_name: str, hold: bool) -> tuple[Replica | None, Placement, Held]:
-    """The transaction, and so a pooled connection, before the process's lock:
+def _place(names: list[str], hold: bool) -> list[tuple[Replica | None, Placement, Held]]:
+    """Each decision is applied to the warm index as it is made, so the
+    next one in the transaction is made on its claims; a transaction that
+    does not commit has the warm fleet read those nodes again.
+
+    The transaction, and so a pooled connection, before the process's lock:
     a thread holding the lock while it waits for a connection would keep
     every thread that holds one waiting for the lock, until the pool's
     timeout failed them all."""
-    with transaction.atomic(), warm.FLEET.lock:
-        # The catalog, and the locks taken in the same statement (_catalog).
-        model, stored = _catalog(model_name, hold)
-        unchanged = Held(model.always_running, model.always_running)
-        profiles = [profile_view(p) for p in stored]
-        # Our transaction's id, assigned by the look, names the log rows
-        # this placement writes: the warm fleet skips them once committed.
-        inventory = warm.FLEET.current(writing=True)
-        generation, xid = warm.FLEET.generation, warm.FLEET.own_xid
-        decision, attempts = placement.decide_on(inventory, model.name, profiles)
-        data = placement.record_data(model.name, decision, attempts)
-        result = Placement(
-            model.name,
-            decision,
-            Explanation(model.name, attempts, [partial(_judge_now, model.name, data)]),
-        )
-        if decision is None:
-            _record(model, None, data)
-            return None, result, unchanged
-        replica, held = _store(model, stored, decision, data, hold)
-        transaction.on_commit(partial(warm.FLEET.committed, decision, xid, generation))
-        return replica, result, held or unchanged
+    applied: list[Decision] = []
+    try:
+        with transaction.atomic(), warm.FLEET.lock:
+            # The catalog, and the locks taken in the same statement (_catalog).
+            catalogs = {name: _catalog(name, hold) for name in dict.fromkeys(names)}
+            counts = {name: model.always_running for name, (model, _) in catalogs.items()}
+            # Our transaction's id, assigned by the look, names the log rows
+            # these placements write: the warm fleet skips them once committed.
+            inventory = warm.FLEET.current(writing=True)
+            generation, xid = warm.FLEET.generation, warm.FLEET.own_xid
+            out: list[tuple[Replica | None, Placement, Held]] = []
+            nodes: list[int] = []
+            for name in names:
+                model, stored = catalogs[name]
+                replica, result, held, pks = _place_one(model, stored, inventory, hold)
+                if result.decision is not None:
+                    applied.append(result.decision)
+                    nodes += pks
+                held = held or Held(counts[name], counts[name])
+                counts[name] = held.after
+                out.append((replica, result, held))
+            if nodes:
+                desired.rebuild(nodes)
+            transaction.on_commit(partial(warm.FLEET.committed, applied, xid, generation))
+    except BaseException:
+        warm.FLEET.forget(applied)
+        raise
+    return out
+
+
+def _place_one(
+    model: Model, stored: list[Profile], inventory: Inventory, hold: bool
+) -> tuple[Replica | None, Placement, Held | None, list[int]]:
+    """One decision, stored and applied to `inventory`: the replica, what
+    became of always_running (with `hold`), the nodes it claims on."""
+    profiles = [profile_view(p) for p in stored]
+    decision, attempts = placement.decide_on(inventory, model.name, profiles)
+    data = placement.record_data(model.name, decision, attempts)
+    result = Placement(
+        model.name,
+        decision,
+        Explanation(model.name, attempts, [partial(_judge_now, model.name, data)]),
+    )
+    if decision is None:
+        _record(model, None, data)
+        return None, result, None, []
+    inventory.apply(decision)
+    replica, held, nodes = _store(model, stored, decision, data, hold)
+    return replica, result, held, nodes
 
 
 def _catalog(model_name: str, hold: bool = False) -> tuple[Model, list[Profile]]:
@@ -187,9 +222,10 @@ def _instance(model: type[Any], values: tuple[Any, ...]) -> Any:
 
 def _store(
     model: Model, stored: list[Profile], decision: Decision, data: dict[str, Any], hold: bool
-) -> tuple[Replica, Held | None]:
-    """The decision's rows, the nodes told; with `hold`, always_running
-    raised to the replicas that now run (before and after)."""
+) -> tuple[Replica, Held | None, list[int]]:
+    """The decision's rows: the replica, always_running before and after
+    it is raised to the replicas that now run (with `hold`), and the nodes
+    it claims on, whose desired state the caller rebuilds."""
     profiles = {p.name: p for p in stored}
     replica = Replica(
         model=model,
@@ -216,8 +252,7 @@ def _store(
     if connection.vendor == "postgresql":
         record = PlacementRecord(model=model, placed=True, explanation=data)
         counts = storing.store(replica, shards, record, hold)
-        desired.rebuild(nodes.values())
-        return replica, Held(*counts) if counts else None
+        return replica, Held(*counts) if counts else None, list(nodes.values())
     replica.save()
     _record(model, replica, data)
     # One INSERT for the shards and one for all their claims.
@@ -227,14 +262,15 @@ def _store(
         for shard, s in zip(shards, decision.shards, strict=True)
         for i in s.gpu_indices
     )
-    desired.rebuild(nodes.values())
-    return replica, _hold(model) if hold else None
+    return replica, _hold(model.pk) if hold else None, list(nodes.values())
 
 
-def _hold(model: Model) -> Held:
+def _hold(model_pk: int) -> Held:
     """always_running raised to the replicas that run, as storing.store
     does in its statement on PostgreSQL; under_load is a ceiling at or
-    above it (set_counts), so it rises too unless unset (0)."""
+    above it (set_counts), so it rises too unless unset (0). A row of its
+    own: the catalog's instances are kept between placements (_BUILT)."""
+    model = Model.objects.get(pk=model_pk)
     before = model.always_running
     live = model.replicas.exclude(state__in=(ReplicaState.FAILED, ReplicaState.LOST)).count()
     if live <= before:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from llmgw.catalog import loader
 from llmgw.catalog import services as catalog
@@ -17,7 +14,7 @@ from llmgw.facility import services as facility
 from llmgw.placement import services as placement
 from llmgw.placement.services import PlacementError
 from llmgw.placement.types import Placement
-from llmgw.serving import desired, placing, warm
+from llmgw.serving import desired, placing, turns, warm
 from llmgw.serving.models import Replica
 
 
@@ -66,44 +63,35 @@ def place_by_hand(name: str) -> tuple[Replica | None, Placement, dict[str, Any]]
     always_running instead: raised to the replicas that now run when it is
     below them, in the same transaction as the placement, so no tick sees
     the replica without the count that holds it."""
-    with _queued():
-        return _place_by_hand(name)
+    outcome: tuple[Replica | None, Placement, dict[str, Any]] = _TURNS.place(name)
+    return outcome
 
 
-# This process's placers, one at a time: placements are made one at a
-# time anyway (the model's row lock, placement's advisory lock), and eight
-# API calls waiting there each held one of the process's eight pooled
-# connections, so every other request of the process waited for one.
-_PLACERS = threading.Lock()
-
-
-@contextmanager
-def _queued() -> Iterator[None]:
-    """Wait for this process's other placers holding no connection: the
-    request's own goes back to the pool while it waits (outside a
-    transaction; inside one it is the transaction's). A connection is taken
-    once our turn has come and before any lock below, so the turn's holder
-    never waits for a lock while others wait for its connection."""
-    if not connection.in_atomic_block:
-        connection.close()
-    with _PLACERS:
-        connection.ensure_connection()
-        yield
-
-
-def _place_by_hand(name: str) -> tuple[Replica | None, Placement, dict[str, Any]]:
+def _place_many(names: list[str]) -> list[tuple[Replica | None, Placement, dict[str, Any]]]:
+    # Outside any transaction: a cold warm fleet (a new process) is read
+    # whole here, not under the locks every other placer waits on.
     warm.FLEET.look()
-    replica, result, (before, after) = placing.place_held(name)
+    outcomes = placing.place_held(names)
+    return [_answer(n, *outcome) for n, outcome in zip(names, outcomes, strict=True)]
+
+
+_TURNS = turns.Turns(_place_many)
+
+
+def _answer(
+    name: str, replica: Replica | None, result: Placement, held: placing.Held
+) -> tuple[Replica | None, Placement, dict[str, Any]]:
+    before, after = held
     counts: dict[str, Any] = {"before": before, "after": after, "held": ""}
     if replica is None:
         return None, result, counts
     if after == before:
         return replica, result, {**counts, "held": f"held as one of always_running {before}"}
-    held = (
+    words = (
         f"always_running raised from {before} to {after} so the reconciler keeps "
         f"this replica; lower it with llmgw ctl model scale {name} --always-running N"
     )
-    return replica, result, {**counts, "held": held}
+    return replica, result, {**counts, "held": words}
 
 
 def apply_catalog(path: Path) -> dict[str, int]:

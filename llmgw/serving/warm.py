@@ -19,8 +19,10 @@ or in progress then): one that commits late is still read, and each row
 is read once, through the index, however long some other transaction runs.
 
 A process's own placements are applied to its index in memory as they
-commit (their log rows are then skipped), so a worker placing in a loop
-re-indexes nothing. Any other change (another process's placement, a
+are made, under the lock (their log rows are skipped once they commit;
+their nodes are read again if they roll back), so a worker placing in a
+loop re-indexes nothing, and several placements in one transaction are
+each made on the claims of those before. Any other change (another process's placement, a
 release, a cordon, a card gone bad) reads the changed nodes again and
 re-indexes only them (Inventory.replace); a node that joined, left, moved
 in the facility tree or changed the weights it holds re-indexes the fleet
@@ -133,6 +135,9 @@ class WarmFleet:
         self.lapsed: set[int] = set()
         # Nodes our own decisions changed in the index; their views are old.
         self.dirty: set[int] = set()
+        # Nodes our own decisions changed in the index whose transaction
+        # rolled back: read again at the next look.
+        self.stale: set[int] = set()
         self.pk_by_name: dict[str, int] = {}
         # Bumped at every look at the log: a decision made before one is
         # not applied after it.
@@ -276,7 +281,8 @@ class WarmFleet:
         # Committed before this look's snapshot: never returned again.
         self.skip = set()
         self._snapshot(snapshot, own)
-        changed |= self._lapsed()
+        changed |= self._lapsed() | self.stale
+        self.stale = set()
         if self.capped and time.monotonic() - self.power_read_at > POWER_EVERY_S:
             self.power_read_at = time.monotonic()
             changed |= self.capped
@@ -352,6 +358,7 @@ class WarmFleet:
         self.views = {self.pk_by_name[v.name]: v for v in views}
         self.order = [self.pk_by_name[v.name] for v in views]
         self.deadlines, self.deadline_of, self.lapsed, self.dirty = [], {}, set(), set()
+        self.stale = set()
         self._follow(None)
         self._index()
 
@@ -427,21 +434,36 @@ class WarmFleet:
 
     # -- our own decisions ---------------------------------------------------
 
-    def committed(self, decision: Decision, xid: str | None, generation: int) -> None:
-        """Our decision committed: apply it to the index it was made on and
-        skip the log rows its transaction `xid` wrote (current(writing=True)
-        named it). If the index was looked at since the
-        decision (`generation` moved: another thread of this process), it
-        is left alone and reads those rows like any other change."""
+    def committed(self, decisions: list[Decision], xid: str | None, generation: int) -> None:
+        """Our decisions committed. They were applied to the index as they
+        were made (serving.placing, under `lock`); their nodes' views are
+        now old (`dirty`), and the log rows their transaction `xid` wrote
+        (current(writing=True) named it) are skipped. If the index was
+        looked at since (`generation` moved: another thread of this
+        process), the rows are read like any other change: that look may
+        have read those nodes, or the fleet, before the commit."""
         with self.lock:
-            if self.inventory is None or generation != self.generation:
+            if self.inventory is None:
                 return
-            if any(s.node not in self.pk_by_name for s in decision.shards):
-                return
-            self.inventory.apply(decision)
-            self.dirty.update(self.pk_by_name[s.node] for s in decision.shards)
-            if xid is not None:
+            self.dirty.update(
+                self.pk_by_name[s.node]
+                for d in decisions
+                for s in d.shards
+                if s.node in self.pk_by_name
+            )
+            if xid is not None and generation == self.generation:
                 self.skip.add(xid)
+
+    def forget(self, decisions: list[Decision]) -> None:
+        """Decisions applied to the index whose transaction did not commit:
+        their nodes are read again at the next look."""
+        with self.lock:
+            self.stale.update(
+                self.pk_by_name[s.node]
+                for d in decisions
+                for s in d.shards
+                if s.node in self.pk_by_name
+            )
 
 
 FLEET = WarmFleet()

@@ -402,3 +402,83 @@ def test_a_fabric_seen_again_or_failing_a_sweep_is_not_a_change_of_the_fleet(dgx
     elsewhere(lambda: fabrics.update(identity="0xa088c20300774111"))
     placing.dry_run("one")
     assert warm.FLEET.loads == loads + 2
+
+
+def test_placements_by_hand_waiting_together_are_placed_in_one_turn(dgx):
+    # Eight calls at once took eight turns of a transaction each; those
+    # waiting when a turn starts now share it, each on the claims of those
+    # placed before it in the turn.
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_model() -> None:
+        try:
+            with transaction.atomic():
+                Model.objects.select_for_update().get(name="one")
+                locked.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    answers: list[dict] = []
+
+    def place() -> None:
+        try:
+            replica, _, counts = serving.place_by_hand("one")
+            assert replica is not None
+            answers.append(counts)
+        finally:
+            connection.close()
+
+    connection.close()
+    holder = threading.Thread(target=hold_the_model)
+    holder.start()
+    assert locked.wait(10)
+    placers = [threading.Thread(target=place) for _ in range(6)]
+    for thread in placers:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while not waiting_on_a_lock() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the other five queue behind the first turn
+    release.set()
+    for thread in [holder, *placers]:
+        thread.join(30)
+    assert len(answers) == 6
+    assert serving._TURNS.sizes[:2] == [5, 1]
+    assert sorted(a["after"] for a in answers) == [1, 2, 3, 4, 5, 6]
+    claims = GpuClaim.objects.filter(node__name="dgx-1").values_list("index", flat=True)
+    assert sorted(claims) == [0, 1, 2, 3, 4, 5]
+    assert Model.objects.get(name="one").always_running == 6
+    node = Node.objects.get(name="dgx-1")
+    assert len(node.desired["shards"]) == 6
+
+
+def test_a_turn_that_rolls_back_leaves_no_claim_in_the_warm_fleet(dgx, monkeypatch):
+    # Decisions are applied to the warm index as they are made; a turn that
+    # fails after two of them must not leave two cards taken there.
+    placing.place_replica("one")
+    rebuild = desired.rebuild
+
+    def fail(node_ids) -> None:
+        raise RuntimeError("the nodes' desired state could not be written")
+
+    monkeypatch.setattr(desired, "rebuild", fail)
+    with pytest.raises(RuntimeError):
+        placing.place_held(["one", "one"])
+    monkeypatch.setattr(desired, "rebuild", rebuild)
+    assert GpuClaim.objects.count() == 1
+    placed = [placing.place_replica("one")[0] for _ in range(7)]
+    assert all(r is not None for r in placed)
+    assert GpuClaim.objects.count() == 8
+
+
+def test_a_turn_with_a_call_that_fails_places_the_others_alone(dgx):
+    from llmgw.placement.services import PlacementError
+    from llmgw.serving.turns import _Call
+
+    calls = [_Call("one", alone=False), _Call("gone", alone=False), _Call("one", alone=False)]
+    serving._TURNS._run(calls)
+    assert [c.outcome[0] is not None for c in (calls[0], calls[2])] == [True, True]
+    assert isinstance(calls[1].error, PlacementError)
+    assert "no model named 'gone'" in str(calls[1].error)
+    assert Model.objects.get(name="one").always_running == 2
