@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from llmgw.cli.ctl_client import DASH, Api, CtlError, table
@@ -76,6 +77,7 @@ NODE_FIELDS = [
     "warnings",
 ]
 PAGE = 1000
+FETCHERS = 4
 
 
 def engine_lines(node: dict[str, Any]) -> list[str]:
@@ -102,18 +104,30 @@ def node_filters(args: argparse.Namespace) -> list[tuple[str, str]]:
 def list_nodes(
     api: Api, params: list[tuple[str, str]], most: int | None, fields: list[str] | None
 ) -> tuple[list[dict[str, Any]], int]:
-    """The nodes the filters pick, page after page (at most `most`), and
-    how many there are in all."""
-    nodes: list[dict[str, Any]] = []
-    count = 0
+    """The nodes the filters pick (at most `most`), and how many there are
+    in all. The first page says how many; the rest are asked for together,
+    FETCHERS at a time: five pages one after another were five waits on a
+    web process that 5,000 beating nodes keep busy."""
     base = params + ([("fields", ",".join(fields))] if fields else [])
-    while most is None or len(nodes) < most:
-        limit = PAGE if most is None else min(PAGE, most - len(nodes))
-        page = api.get("/api/v1/nodes", [*base, ("limit", str(limit)), ("offset", str(len(nodes)))])
-        nodes += page["results"]
-        count = page["count"]
-        if not page["results"] or page["next"] is None:
-            break
+
+    def page(offset: int, limit: int) -> dict[str, Any]:
+        got: dict[str, Any] = api.get(
+            "/api/v1/nodes", [*base, ("limit", str(limit)), ("offset", str(offset))]
+        )
+        return got
+
+    first = page(0, PAGE if most is None else min(PAGE, most))
+    nodes, count = list(first["results"]), first["count"]
+    wanted = count if most is None else min(count, most)
+    # The server's page may be shorter than asked for: its size is the step.
+    step = len(nodes)
+    if first["next"] is None or not step or step >= wanted:
+        return nodes, count
+    offsets = range(step, wanted, step)
+    with ThreadPoolExecutor(FETCHERS) as pool:
+        rest = pool.map(lambda offset: page(offset, min(step, wanted - offset)), offsets)
+        for more in rest:
+            nodes += more["results"]
     return nodes, count
 
 

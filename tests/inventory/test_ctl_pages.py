@@ -50,6 +50,9 @@ def test_ctl_nodes_pages_through_the_whole_fleet(fleet, capsys, monkeypatch):
     assert rows["node-00005"]["STATE"] == "Ready,Cordoned"
     # The node's own words for an engine not installed, under the table.
     assert "node-00013: llama.cpp b11434: installing: downloading" in out
+    # Pages after the first are asked for together; the table keeps their order.
+    out, rows = listed(capsys, "--limit", "20")
+    assert list(rows) == sorted(fleet)[:20] and f"20 of {COUNT} nodes shown (--limit)" in out
 
 
 def test_ctl_nodes_filters_on_the_server(fleet, capsys):
