@@ -14,6 +14,7 @@ from llmgw.console.consumers import ConsoleConsumer  # noqa: E402
 from llmgw.inventory.api.heartbeat_asgi import heartbeats_first  # noqa: E402
 from llmgw.inventory.consumers import AgentStreamConsumer  # noqa: E402
 from llmgw.middleware import limit_body  # noqa: E402
+from llmgw.serving import keep_warm  # noqa: E402
 from llmgw.serving.gateway.app import Gateway, mount  # noqa: E402
 
 websockets = URLRouter(
@@ -35,6 +36,11 @@ gateway = Gateway()
 # The gateway has its own body limit, in its own (OpenAI's) error shape.
 # Heartbeats, the commonest request of all, are stored before Django too:
 # what that path cannot store itself goes on to Django as it came.
+# The lifespan keeps the process's warm fleet warm (serving.keep_warm).
 application = ProtocolTypeRouter(
-    {"http": mount(gateway, heartbeats_first(limit_body(django_app))), "websocket": websockets}
+    {
+        "http": mount(gateway, heartbeats_first(limit_body(django_app))),
+        "websocket": websockets,
+        "lifespan": keep_warm.lifespan,
+    }
 )

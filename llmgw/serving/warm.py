@@ -46,6 +46,7 @@ import threading
 import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import Literal, overload
 
 from django.conf import settings
 from django.db import connection
@@ -74,6 +75,14 @@ SELECT pg_current_snapshot()::text,
 FROM (SELECT 1) AS one
 LEFT JOIN serving_nodechange c
   ON c.xid >= %s::xid8 OR c.xid = ANY(%s::xid8[]) OR c.xid = pg_current_xact_id_if_assigned()
+"""
+
+
+WHOLE_SINCE = """
+SELECT EXISTS (
+    SELECT 1 FROM serving_nodechange
+    WHERE node_id IS NULL AND (xid >= %s::xid8 OR xid = ANY(%s::xid8[]))
+)
 """
 
 
@@ -151,19 +160,28 @@ class WarmFleet:
         # reads: read again every POWER_EVERY_S, as no row logs a reading.
         self.capped: set[int] = set()
         self.power_read_at = time.monotonic()
+        # Cold, kept (keep): the snapshot from which the log is watched for
+        # a change of the whole fleet before the fleet is read.
+        self.quiet_from: str | None = None
 
     # -- reading -------------------------------------------------------------
 
-    def current(self, writing: bool = False) -> Inventory:
+    @overload
+    def current(self, writing: bool = False) -> Inventory: ...
+    @overload
+    def current(self, writing: bool = False, *, whole: Literal[False]) -> Inventory | None: ...
+
+    def current(self, writing: bool = False, *, whole: bool = True) -> Inventory | None:
         """The index as the database has it now; the caller holds `lock`.
         `writing`: the caller's transaction goes on to write what it
-        decides (own_xid is then its id)."""
+        decides (own_xid is then its id). Not `whole`: None, and the index
+        dropped, where the fleet would have to be read whole."""
         if connection.vendor != "postgresql":
             return Inventory(node_views())
         started = time.monotonic()
         before = (self.loads, self.reads, self.rebuilds)
         try:
-            return self._current(writing)
+            return self._current(writing, whole)
         finally:
             took = time.monotonic() - started
             if took > SLOW_LOOK_S:
@@ -180,7 +198,7 @@ class WarmFleet:
                     rebuilds,
                 )
 
-    def _current(self, writing: bool) -> Inventory:
+    def _current(self, writing: bool, whole: bool) -> Inventory | None:
         now = time.monotonic()
         if now - self.pruned_at > PRUNE_EVERY_S:
             self.pruned_at = now
@@ -192,9 +210,14 @@ class WarmFleet:
         self.looked_at = now
         self.generation += 1
         if self.inventory is None:
+            if not whole:
+                return None
             self._start(writing)
             return self._inventory()
         changed, everything = self._changes(writing)
+        if everything and not whole:
+            self.inventory = None
+            return None
         if everything:
             self._load_all()
         elif changed:
@@ -213,6 +236,42 @@ class WarmFleet:
             return
         with self.lock:
             self.current()
+
+    def keep(self) -> None:
+        """Keep the index warm from a thread of the process's own
+        (serving.keep_warm), outside any transaction, so that the first
+        placement or explain after a deploy does not read the fleet whole
+        while every other placer of the process waits.
+
+        Warm, it looks as a placement would, but a change of the whole fleet
+        (a fabric mapped, a hold, a budget) drops the index rather than
+        reading 5,000 nodes in the background. Cold, it reads the fleet
+        only once the log has shown no such change for a whole interval:
+        while a fleet joins, its fabrics are mapped again and again, and a
+        whole read at each look (7-11 s of CPU under load) starved the
+        joining nodes' heartbeats until they lapsed."""
+        if connection.vendor != "postgresql" or connection.in_atomic_block:
+            return
+        with self.lock:
+            quiet = self.quiet_from
+            self.quiet_from = None
+            if self.inventory is None and quiet and not self._whole_change_since(quiet):
+                self.current()
+                return
+            if self.inventory is not None and self.current(whole=False) is not None:
+                return
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_current_snapshot()::text")
+                self.quiet_from = cursor.fetchone()[0]
+
+    @staticmethod
+    def _whole_change_since(snapshot: str) -> bool:
+        """Whether a change of the whole fleet was logged by a transaction
+        that had not committed at `snapshot`."""
+        _, xmax, xip = snapshot.split(":")
+        with connection.cursor() as cursor:
+            cursor.execute(WHOLE_SINCE, [xmax, xip.split(",") if xip else []])
+            return bool(cursor.fetchone()[0])
 
     def _inventory(self) -> Inventory:
         assert self.inventory is not None

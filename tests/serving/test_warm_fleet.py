@@ -482,3 +482,74 @@ def test_a_turn_with_a_call_that_fails_places_the_others_alone(dgx):
     assert isinstance(calls[1].error, PlacementError)
     assert "no model named 'gone'" in str(calls[1].error)
     assert Model.objects.get(name="one").always_running == 2
+
+
+def test_kept_warm_a_change_of_the_whole_fleet_waits_for_a_quiet_interval(dgx):
+    # Warm, the keeper looks as a placement would; a change of the whole
+    # fleet drops the index rather than reading it whole in the background,
+    # and the fleet is read once a whole interval has passed without one
+    # (a joining fleet maps its fabrics again and again).
+    from django.utils import timezone
+
+    from llmgw.fabrics.models import FabricMap, PhysicalFabric
+
+    def made() -> None:
+        fabric = PhysicalFabric.objects.create(
+            identity="0xa088c20300774110", kind="infiniband", last_seen=timezone.now()
+        )
+        FabricMap.objects.create(fabric=fabric)
+
+    def mapped() -> None:
+        FabricMap.objects.update(taken_at=timezone.now(), analysis={"nodes": {}})
+
+    loads = warm.FLEET.loads
+    warm.FLEET.keep()
+    assert warm.FLEET.inventory is not None and warm.FLEET.loads == loads
+    elsewhere(made)
+    warm.FLEET.keep()
+    assert warm.FLEET.inventory is None and warm.FLEET.loads == loads
+    elsewhere(mapped)
+    warm.FLEET.keep()  # mapped again within the interval: still not read
+    assert warm.FLEET.inventory is None and warm.FLEET.loads == loads
+    warm.FLEET.keep()  # a quiet interval
+    assert warm.FLEET.inventory is not None and warm.FLEET.loads == loads + 1
+    # Node changes are read as they come, the fleet not read whole again.
+    inventory.cordon("dgx-1", "swapping a card", "ops")
+    warm.FLEET.keep()
+    assert warm.FLEET.loads == loads + 1
+    assert placing.dry_run("one").decision is None
+    assert warm.FLEET.loads == loads + 1
+
+
+def test_a_web_process_keeps_its_fleet_warm_from_its_start(dgx, monkeypatch):
+    # Cold, the first placement or explain after a deploy read 5,000 nodes
+    # (5 to 8 s under load) with every other placer of the process behind it.
+    import asyncio
+
+    from llmgw.asgi import application
+    from llmgw.serving import keep_warm
+
+    monkeypatch.setattr(keep_warm, "FIRST_AFTER_S", 0.0)
+    monkeypatch.setattr(keep_warm, "KEEP_EVERY_S", 0.05)
+    warm.FLEET.reset()
+    messages: asyncio.Queue[dict] = asyncio.Queue()
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def run() -> None:
+        server = asyncio.ensure_future(application({"type": "lifespan"}, messages.get, send))
+        await messages.put({"type": "lifespan.startup"})
+        for _ in range(200):
+            if warm.FLEET.inventory is not None:
+                break
+            await asyncio.sleep(0.05)
+        await messages.put({"type": "lifespan.shutdown"})
+        await server
+
+    asyncio.run(run())
+    assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert warm.FLEET.inventory is not None and warm.FLEET.loads == 1
+    assert placing.dry_run("one").decision is not None
+    assert warm.FLEET.loads == 1
