@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 
 # The most calls one turn places: a turn's transaction holds placement's
 # lock, and other processes' placers wait for it.
@@ -87,8 +87,11 @@ class Turns:
         try:
             outcomes = self._place_many([c.name for c in batch])
         except Exception as exc:
-            if len(batch) == 1:
-                batch[0].error = exc
+            if len(batch) == 1 or isinstance(exc, (OperationalError, InterfaceError)):
+                # The database away fails them all alike: each alone would
+                # wait out its own timeout, one after another.
+                for c in batch:
+                    c.error = exc
                 return
             # One call's failure (a model deleted since it was asked for)
             # must not fail the others: each is placed alone.
