@@ -57,39 +57,12 @@ from llmgw.inventory.models import Node
 from llmgw.placement.scheduler import Inventory
 from llmgw.placement.snapshot import node_views
 from llmgw.placement.types import READY, Decision, NodeView
+from llmgw.serving import warm_sql
 
 log = logging.getLogger("llmgw.placement")
 # A look slower than this is logged with what it read: every placer of
 # the process waits for it.
 SLOW_LOOK_S = 0.5
-
-# The rows whose transactions had not committed when we last looked (at
-# or above that snapshot's xmax, or in progress then), and this
-# transaction's own: its rows read the same before and after it writes.
-# A look made to write (placing) assigns this transaction its id, so the
-# log rows it goes on to write are known by it without reading them back.
-CHANGES = """
-SELECT pg_current_snapshot()::text,
-       (CASE WHEN %s THEN pg_current_xact_id() ELSE pg_current_xact_id_if_assigned() END)::text,
-       c.id, c.node_id, c.xid::text
-FROM (SELECT 1) AS one
-LEFT JOIN serving_nodechange c
-  ON c.xid >= %s::xid8 OR c.xid = ANY(%s::xid8[]) OR c.xid = pg_current_xact_id_if_assigned()
-"""
-
-
-WHOLE_SINCE = """
-SELECT EXISTS (
-    SELECT 1 FROM serving_nodechange
-    WHERE node_id IS NULL AND (xid >= %s::xid8 OR xid = ANY(%s::xid8[]))
-)
-"""
-
-
-DEADLINES = """
-SELECT id, state, last_heartbeat_at, heartbeat_interval_s FROM inventory_node WHERE id = ANY(%s)
-"""
-
 
 # The log is pruned of rows older than the mark set at least KEEP_S ago
 # (every transaction below that mark had finished when it was set); a
@@ -100,18 +73,6 @@ IDLE_S = 300
 PRUNE_EVERY_S = 60
 # A heartbeat's interval: measured power is no fresher than that.
 POWER_EVERY_S = 10
-PRUNE = """
-WITH mark AS (
-    SELECT xmin_mark FROM serving_nodechange_mark
-    WHERE id = 1 AND marked_at < now() - make_interval(secs => %s)
-    FOR UPDATE SKIP LOCKED
-), gone AS (
-    DELETE FROM serving_nodechange WHERE xid < (SELECT xmin_mark FROM mark)
-)
-UPDATE serving_nodechange_mark
-SET xmin_mark = pg_snapshot_xmin(pg_current_snapshot()), marked_at = now()
-WHERE id = 1 AND EXISTS (SELECT 1 FROM mark)
-"""
 
 
 class WarmFleet:
@@ -203,7 +164,7 @@ class WarmFleet:
         if now - self.pruned_at > PRUNE_EVERY_S:
             self.pruned_at = now
             with connection.cursor() as cursor:
-                cursor.execute(PRUNE, [KEEP_S])
+                cursor.execute(warm_sql.PRUNE, [KEEP_S])
         # Rows this process never read may have been pruned meanwhile.
         if now - self.looked_at > IDLE_S:
             self.inventory = None
@@ -270,7 +231,7 @@ class WarmFleet:
         that had not committed at `snapshot`."""
         _, xmax, xip = snapshot.split(":")
         with connection.cursor() as cursor:
-            cursor.execute(WHOLE_SINCE, [xmax, xip.split(",") if xip else []])
+            cursor.execute(warm_sql.WHOLE_SINCE, [xmax, xip.split(",") if xip else []])
             return bool(cursor.fetchone()[0])
 
     def _inventory(self) -> Inventory:
@@ -315,7 +276,7 @@ class WarmFleet:
 
     def _changes(self, writing: bool) -> tuple[set[int], bool]:
         with prepared.cursor() as cursor:
-            cursor.execute(CHANGES, [writing, self.xmax, self.xip])
+            cursor.execute(warm_sql.CHANGES, [writing, self.xmax, self.xip])
             rows = cursor.fetchall()
         snapshot, own = rows[0][0], rows[0][1]
         changed: set[int] = set()
@@ -380,7 +341,7 @@ class WarmFleet:
         # thousands of IN parameters, which the driver spends most of a
         # second splitting into the query.
         with connection.cursor() as cursor:
-            cursor.execute(DEADLINES, [wanted])
+            cursor.execute(warm_sql.DEADLINES, [wanted])
             rows = cursor.fetchall()
         out = {}
         for pk, state, at, every in rows:

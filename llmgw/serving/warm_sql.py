@@ -1,0 +1,44 @@
+"""The statements the warm fleet (warm.py) runs on the log of node
+changes that PostgreSQL's triggers write (migrations/0006_node_changes.py)."""
+
+# The rows whose transactions had not committed when we last looked (at
+# or above that snapshot's xmax, or in progress then), and this
+# transaction's own: its rows read the same before and after it writes.
+# A look made to write (placing) assigns this transaction its id, so the
+# log rows it goes on to write are known by it without reading them back.
+CHANGES = """
+SELECT pg_current_snapshot()::text,
+       (CASE WHEN %s THEN pg_current_xact_id() ELSE pg_current_xact_id_if_assigned() END)::text,
+       c.id, c.node_id, c.xid::text
+FROM (SELECT 1) AS one
+LEFT JOIN serving_nodechange c
+  ON c.xid >= %s::xid8 OR c.xid = ANY(%s::xid8[]) OR c.xid = pg_current_xact_id_if_assigned()
+"""
+
+
+WHOLE_SINCE = """
+SELECT EXISTS (
+    SELECT 1 FROM serving_nodechange
+    WHERE node_id IS NULL AND (xid >= %s::xid8 OR xid = ANY(%s::xid8[]))
+)
+"""
+
+
+DEADLINES = """
+SELECT id, state, last_heartbeat_at, heartbeat_interval_s FROM inventory_node WHERE id = ANY(%s)
+"""
+
+
+# Rows older than the mark set at least KEEP_S (warm.py) ago.
+PRUNE = """
+WITH mark AS (
+    SELECT xmin_mark FROM serving_nodechange_mark
+    WHERE id = 1 AND marked_at < now() - make_interval(secs => %s)
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM serving_nodechange WHERE xid < (SELECT xmin_mark FROM mark)
+)
+UPDATE serving_nodechange_mark
+SET xmin_mark = pg_snapshot_xmin(pg_current_snapshot()), marked_at = now()
+WHERE id = 1 AND EXISTS (SELECT 1 FROM mark)
+"""
