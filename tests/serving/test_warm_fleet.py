@@ -11,7 +11,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -218,10 +219,11 @@ def waiting_on_a_lock() -> bool:
     return waiting
 
 
-def test_placers_queued_behind_a_locked_model_hold_one_connection_between_them(dgx):
-    # Eight placements through the API queued on the model's row lock held
-    # all eight of a web process's connections, and its other requests
-    # (and once its heartbeats) waited for one.
+@contextmanager
+def placers_behind_a_locked_model(count: int) -> Iterator[list[tuple]]:
+    """`count` threads placing "one" by hand while another holds the model's
+    row lock; yields once one of them waits on it and the others have had a
+    moment to queue, and gathers each one's answer once the lock goes."""
     locked, release = threading.Event(), threading.Event()
 
     def hold_the_model() -> None:
@@ -233,13 +235,13 @@ def test_placers_queued_behind_a_locked_model_hold_one_connection_between_them(d
         finally:
             connection.close()
 
-    placed: list[object] = []
+    answers: list[tuple] = []
 
     def place() -> None:
         try:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT 1")  # as a request authenticates first
-            placed.append(serving.place_by_hand("one")[0])
+            answers.append(serving.place_by_hand("one"))
         finally:
             connection.close()
 
@@ -247,21 +249,28 @@ def test_placers_queued_behind_a_locked_model_hold_one_connection_between_them(d
     holder = threading.Thread(target=hold_the_model)
     holder.start()
     assert locked.wait(10)
-    placers = [threading.Thread(target=place) for _ in range(6)]
+    placers = [threading.Thread(target=place) for _ in range(count)]
     for thread in placers:
         thread.start()
-    # Until one waits on the row lock, and a moment for the others to queue.
     deadline = time.monotonic() + 10
     while not waiting_on_a_lock() and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)
     try:
-        assert checked_out_elsewhere() <= 2  # the lock's holder's and one placer's
+        yield answers
     finally:
         release.set()
         for thread in [holder, *placers]:
             thread.join(30)
-    assert len(placed) == 6 and all(r is not None for r in placed)
+
+
+def test_placers_queued_behind_a_locked_model_hold_one_connection_between_them(dgx):
+    # Eight placements through the API queued on the model's row lock held
+    # all eight of a web process's connections, and its other requests
+    # (and once its heartbeats) waited for one.
+    with placers_behind_a_locked_model(6) as answers:
+        assert checked_out_elsewhere() <= 2  # the lock's holder's and one placer's
+    assert len(answers) == 6 and all(replica is not None for replica, _, _ in answers)
 
 
 def test_own_placements_are_applied_in_memory_and_never_hand_out_a_card_twice(dgx):
@@ -408,44 +417,11 @@ def test_placements_by_hand_waiting_together_are_placed_in_one_turn(dgx):
     # Eight calls at once took eight turns of a transaction each; those
     # waiting when a turn starts now share it, each on the claims of those
     # placed before it in the turn.
-    locked, release = threading.Event(), threading.Event()
-
-    def hold_the_model() -> None:
-        try:
-            with transaction.atomic():
-                Model.objects.select_for_update().get(name="one")
-                locked.set()
-                release.wait(30)
-        finally:
-            connection.close()
-
-    answers: list[dict] = []
-
-    def place() -> None:
-        try:
-            replica, _, counts = serving.place_by_hand("one")
-            assert replica is not None
-            answers.append(counts)
-        finally:
-            connection.close()
-
-    connection.close()
-    holder = threading.Thread(target=hold_the_model)
-    holder.start()
-    assert locked.wait(10)
-    placers = [threading.Thread(target=place) for _ in range(6)]
-    for thread in placers:
-        thread.start()
-    deadline = time.monotonic() + 10
-    while not waiting_on_a_lock() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)  # the other five queue behind the first turn
-    release.set()
-    for thread in [holder, *placers]:
-        thread.join(30)
-    assert len(answers) == 6
+    with placers_behind_a_locked_model(6) as answers:
+        pass  # the first takes a turn and waits on the lock, five queue
+    assert len(answers) == 6 and all(replica is not None for replica, _, _ in answers)
     assert serving._TURNS.sizes[:2] == [5, 1]
-    assert sorted(a["after"] for a in answers) == [1, 2, 3, 4, 5, 6]
+    assert sorted(counts["after"] for _, _, counts in answers) == [1, 2, 3, 4, 5, 6]
     claims = GpuClaim.objects.filter(node__name="dgx-1").values_list("index", flat=True)
     assert sorted(claims) == [0, 1, 2, 3, 4, 5]
     assert Model.objects.get(name="one").always_running == 6
