@@ -123,8 +123,10 @@ def _place_one(
     if decision is None:
         _record(model, None, data)
         return None, result, None, []
-    inventory.apply(decision)
     replica, held, nodes = _store(model, stored, decision, data, hold)
+    # Only once its rows are stored: the caller counts it among the
+    # decisions to forget if the transaction then fails.
+    inventory.apply(decision)
     return replica, result, held, nodes
 
 

@@ -448,6 +448,25 @@ def test_a_turn_that_rolls_back_leaves_no_claim_in_the_warm_fleet(dgx, monkeypat
     assert GpuClaim.objects.count() == 8
 
 
+def test_a_placement_whose_rows_are_refused_leaves_no_claim_in_the_warm_fleet(dgx, monkeypatch):
+    # The decision's rows are refused (as the unique claim refuses a card
+    # handed out twice): the card must not stay taken in the warm index.
+    from llmgw.serving import storing
+
+    store = storing.store
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("the replica's rows could not be stored")
+
+    monkeypatch.setattr(storing, "store", refused)
+    with pytest.raises(RuntimeError):
+        placing.place_held(["one"])
+    monkeypatch.setattr(storing, "store", store)
+    assert GpuClaim.objects.count() == 0
+    placed = [placing.place_replica("one")[0] for _ in range(8)]
+    assert all(r is not None for r in placed)
+
+
 def test_a_turn_with_a_call_that_fails_places_the_others_alone(dgx):
     from llmgw.placement.services import PlacementError
     from llmgw.serving.turns import _Call
