@@ -465,12 +465,7 @@ class WarmFleet:
         with self.lock:
             if self.inventory is None:
                 return
-            self.dirty.update(
-                self.pk_by_name[s.node]
-                for d in decisions
-                for s in d.shards
-                if s.node in self.pk_by_name
-            )
+            self.dirty |= self._nodes_of(decisions)
             if xid is not None and generation == self.generation:
                 self.skip.add(xid)
 
@@ -478,12 +473,10 @@ class WarmFleet:
         """Decisions applied to the index whose transaction did not commit:
         their nodes are read again at the next look."""
         with self.lock:
-            self.stale.update(
-                self.pk_by_name[s.node]
-                for d in decisions
-                for s in d.shards
-                if s.node in self.pk_by_name
-            )
+            self.stale |= self._nodes_of(decisions)
+
+    def _nodes_of(self, decisions: list[Decision]) -> set[int]:
+        return {self.pk_by_name[n] for d in decisions for n in d.nodes if n in self.pk_by_name}
 
 
 FLEET = WarmFleet()
