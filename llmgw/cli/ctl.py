@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from llmgw.cli import ctl_fabrics, ctl_facility, ctl_keys, ctl_models, ctl_nodes, ctl_whatif
-from llmgw.cli.ctl_client import Api, CtlError, config
+from llmgw.cli.ctl_client import Api, CtlError, Outcome, config
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,8 +28,9 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         url, token = config()
-        print(args.func(Api(url, token), args))
+        out = args.func(Api(url, token), args)
+        print(out)
     except CtlError as exc:
         print(f"llmgw ctl: {exc}", file=sys.stderr)
         return 1
-    return 0
+    return out.status if isinstance(out, Outcome) else 0

@@ -106,6 +106,19 @@ def _words(detail: Any) -> str:
     return json.dumps(detail) if not isinstance(detail, str) else detail
 
 
+class Outcome(str):
+    """A command's output, printed like any other, and the status ctl exits
+    with: what was asked ran, and found something wrong (a script reads the
+    status, not the words)."""
+
+    status: int
+
+    def __new__(cls, text: str, status: int) -> Outcome:
+        out = super().__new__(cls, text)
+        out.status = status
+        return out
+
+
 def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)

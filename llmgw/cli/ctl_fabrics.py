@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from llmgw.cli.ctl_client import DASH, Api, table
+from llmgw.cli.ctl_client import DASH, Api, Outcome, table
 
 
 def _cabling(f: dict[str, Any]) -> int:
@@ -98,20 +98,29 @@ def _gbps(value: float | None) -> str:
     return DASH if value is None else f"{value:.1f} Gb/s"
 
 
+def _expected(rail: dict[str, Any]) -> str:
+    # A down port reports a placeholder rate (10 Gb/s): no rate to expect.
+    if rail.get("down"):
+        return f"down ({rail['down']})"
+    return _gbps(rail["expected_gbps"])
+
+
 def cmd_fabric_test(api: Api, args: argparse.Namespace) -> str:
-    """One row a rail; the request waits while the rails run one after another."""
+    """One row a rail; the request waits while the rails run one after
+    another. Exits 1 when any rail is not ok, so a script can tell."""
     # Each rail takes its duration plus the agents' setup; the default 30 s is too short.
     api.timeout = args.wait
     body = {"a": args.a, "b": args.b, "duration_s": args.duration, "size": args.size}
     data = api.call("POST", "/api/v1/fabrics/test", body)
+    status = 0 if all(r["grade"] == "ok" for r in data["rails"]) else 1
     if args.json:
-        return json.dumps(data, indent=2)
+        return Outcome(json.dumps(data, indent=2), status)
     rows = [
         [
             r["rail"],
             f"{r['a_device']}/{r['a_port']}",
             f"{r['b_device']}/{r['b_port']}",
-            _gbps(r["expected_gbps"]),
+            _expected(r),
             _gbps(r["measured_gbps"]),
             r["grade"],
         ]
@@ -124,7 +133,10 @@ def cmd_fabric_test(api: Api, args: argparse.Namespace) -> str:
         lines += [f"rail {r['rail']}: {text}" for text in (r["detail"], r.get("note")) if text]
     if data["simulated"]:
         lines.append("simulated: these nodes are simulated and so are their numbers")
-    return "\n".join(lines)
+    if status:
+        bad = [r["rail"] for r in data["rails"] if r["grade"] != "ok"]
+        lines.append(f"not ok: rail {', '.join(bad)} (exit status 1)")
+    return Outcome("\n".join(lines), status)
 
 
 def add_parsers(sub: Any) -> None:
@@ -138,7 +150,8 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=cmd_nvlink)
     p = sub.add_parser(
         "fabric-test",
-        help="ib_write_bw between two nodes rail by rail, through their agents, graded",
+        help="ib_write_bw between two nodes rail by rail, through their agents, graded; "
+        "exits 1 when any rail is not ok",
     )
     p.add_argument("a", help="the node running the client")
     p.add_argument("b", help="the node running the server")

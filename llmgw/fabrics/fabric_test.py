@@ -49,9 +49,14 @@ class Rail:
     measured_gbps: float | None = None
     grade: str = "failed"
     detail: str = ""
-    # Said beside the grade without stopping the run: ends reporting different rates.
+    # Said beside the grade without stopping the run.
     note: str = ""
     simulated: bool = False
+    # "A", "B" or "A,B": the ends whose port is down ("" when none is).
+    down: str = ""
+    # An end trained below what the link should run at: a finding in itself,
+    # whatever the measurement (which it caps).
+    short: str = ""
 
 
 def _rail_name(device: str) -> str:
@@ -78,28 +83,72 @@ def _node(name: str) -> Node:
     return node
 
 
+def _supported(node: Node, ports: list[Port]) -> dict[tuple[str, int], float]:
+    """What each port can run at, by (device, port). A port reports only
+    the rate it trained at, and a down port a placeholder (10 Gb/s, SDR),
+    so what it was built for is the fastest rate any of the node's ports on
+    the same fabric trained at (one machine's rail adapters are one model),
+    or the rate agent.yaml declares for that fabric, whichever is higher."""
+    declared: dict[str, float] = {}
+    for fabric in node.fabrics or []:
+        if isinstance(fabric, dict) and fabric.get("rate_gbps"):
+            declared[str(fabric.get("name") or "")] = float(fabric["rate_gbps"])
+    best: dict[tuple[str, str], float] = {}
+    for p in ports:
+        if p.active and p.rate_gbps:
+            key = (p.link_layer, p.declared_fabric)
+            best[key] = max(best.get(key, 0.0), p.rate_gbps)
+    out = {}
+    for p in ports:
+        rates = [best.get((p.link_layer, p.declared_fabric)), declared.get(p.declared_fabric)]
+        known = [r for r in rates if r]
+        if known:
+            out[(p.device, p.port)] = max(known)
+    return out
+
+
+def _side(rail: Rail, side: str, p: Port, should: float | None) -> None:
+    """What one end says about the rail: down, or trained below its link."""
+    if not p.active:
+        rail.down = ",".join(filter(None, (rail.down, side)))
+        if not rail.detail:
+            rail.detail = f"{p.device} on {side} is {p.state or 'of unknown state'}"
+    elif should is not None and p.rate_gbps is not None and p.rate_gbps < should:
+        rail.short = ", ".join(
+            filter(None, (rail.short, f"{side}'s {p.device} trained at {p.rate_gbps:g} Gb/s"))
+        )
+
+
 def pair(a: Node, b: Node) -> list[Rail]:
     """The rails the two nodes share, by adapter name; an adapter on one side
-    only is a rail that fails (NCCL would have no peer for it)."""
-    ports: dict[int, dict[str, Port]] = {a.pk: {}, b.pk: {}}
+    only is a rail that fails (NCCL would have no peer for it). Each rail is
+    expected to run at the slower of its two ports' supported rates (see
+    _supported), not at what the ports trained at: a cable trained at half
+    its rate would otherwise set the bar it is graded against."""
+    rows: dict[int, list[Port]] = {a.pk: [], b.pk: []}
     for p in Port.objects.filter(node__in=[a, b]).exclude(link_layer="").order_by("device"):
-        ports[p.node_id].setdefault(p.device, p)  # its first port
+        rows[p.node_id].append(p)
+    supported = {a.pk: _supported(a, rows[a.pk]), b.pk: _supported(b, rows[b.pk])}
+    ports: dict[int, dict[str, Port]] = {a.pk: {}, b.pk: {}}
+    for node_id, found in rows.items():
+        for p in found:
+            ports[node_id].setdefault(p.device, p)  # its first port
     rails = []
     for device in sorted(set(ports[a.pk]) | set(ports[b.pk]), key=_sort_key):
         pa, pb = ports[a.pk].get(device), ports[b.pk].get(device)
         rail = Rail(_rail_name(device), device, pa.port if pa else 1, device, pb.port if pb else 1)
-        rates = [p.rate_gbps for p in (pa, pb) if p is not None and p.rate_gbps]
-        rail.expected_gbps = min(rates) if pa and pb and len(rates) == 2 else None
-        if len(rates) == 2 and rates[0] != rates[1]:
-            rail.note = (
-                f"A's port reports {rates[0]:g} Gb/s, B's {rates[1]:g} Gb/s: "
-                "graded against the slower; is a cable trained below its rate?"
-            )
+        should = [
+            supported[n.pk].get((p.device, p.port)) for n, p in ((a, pa), (b, pb)) if p is not None
+        ]
+        known = [r for r in should if r]
+        rail.expected_gbps = min(known) if pa and pb and len(known) == 2 else None
         for side, p in (("A", pa), ("B", pb)):
             if p is None:
                 rail.detail = f"no {device} on {side} ({(a if side == 'A' else b).name})"
-            elif not p.active and not rail.detail:
-                rail.detail = f"{device} on {side} is {p.state or 'of unknown state'}"
+            else:
+                _side(rail, side, p, rail.expected_gbps)
+        if rail.short and rail.expected_gbps is not None:
+            rail.short += f", where the link should run at {rail.expected_gbps:g} Gb/s"
         rails.append(rail)
     return rails
 
@@ -136,6 +185,9 @@ def grade(rail: Rail) -> None:
     elif rail.expected_gbps is None:
         rail.grade = "ungraded"
         rail.detail = rail.detail or "the link's rate is unknown"
+    elif rail.short:
+        rail.grade = "degraded"
+        rail.detail = rail.detail or rail.short
     elif rail.measured_gbps >= OK_SHARE * rail.expected_gbps:
         rail.grade = "ok"
     else:
@@ -207,5 +259,7 @@ def run(
         "size": size,
         "ok_share": OK_SHARE,
         "simulated": any(r.simulated for r in rails),
+        # Scripts read this (and ctl's exit status): every rail ok, none ungraded.
+        "ok": all(r.grade == "ok" for r in rails),
         "rails": [asdict(r) for r in rails],
     }

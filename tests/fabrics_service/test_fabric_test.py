@@ -87,7 +87,9 @@ def test_fabric_test_runs_end_to_end_through_two_real_agents_with_a_perftest_sta
     # quietly unavailable.
     code = cli.main(["ctl", "fabric-test", "gpu-a", "gpu-b", "--duration", "1"])
     out, err = capsys.readouterr()
-    assert code == 0, err
+    # Rail 1 is degraded: the status says so, for scripts that read no table.
+    assert code == 1, err
+    assert out.rstrip().endswith("not ok: rail 1 (exit status 1)"), out
     assert out.splitlines()[1].split() == ["RAIL", "A", "ADAPTER", "B", "ADAPTER", "EXPECTED",
                                            "MEASURED", "GRADE"]  # fmt: skip
     got = rows(out)
@@ -124,13 +126,63 @@ def test_an_adapter_on_one_side_only_or_down_fails_its_rail_without_a_number(
     a, _ = join(make_node, agent_client, "gpu-a", FEATURES, [port("mlx5_0"), port("mlx5_1")])
     b, _ = join(make_node, agent_client, "gpu-b", FEATURES, [port("mlx5_0", state="DOWN")])
     rails = fabric_test.pair(a, b)
-    assert [(r.rail, r.expected_gbps, r.detail) for r in rails] == [
-        ("0", 400.0, "mlx5_0 on B is DOWN"),
-        ("1", None, "no mlx5_1 on B (gpu-b)"),
+    # B's down port is its only one: nothing tells what it was built for.
+    assert [(r.rail, r.expected_gbps, r.detail, r.down) for r in rails] == [
+        ("0", None, "mlx5_0 on B is DOWN", "B"),
+        ("1", None, "no mlx5_1 on B (gpu-b)", ""),
     ]
     for r in rails:
         fabric_test.grade(r)
     assert [(r.grade, r.measured_gbps) for r in rails] == [("failed", None), ("failed", None)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_down_port_reporting_its_placeholder_rate_is_down_not_an_expected_10_gbps(
+    make_node, agent_client
+):
+    """A down port reports 10 Gb/s (SDR), as ibstat and sysfs do: that was
+    shown as the rail's EXPECTED rate. The rail is down, and the rate it
+    should run at is its ports' peers' on the same fabric."""
+    ports = [port("mlx5_0"), port("mlx5_1")]
+    a, _ = join(make_node, agent_client, "gpu-a", FEATURES, ports)
+    b, _ = join(
+        make_node, agent_client, "gpu-b", FEATURES, [port("mlx5_0", 10.0, "DOWN"), ports[1]]
+    )
+    rails = fabric_test.pair(a, b)
+    assert [(r.rail, r.expected_gbps, r.down, r.detail) for r in rails] == [
+        ("0", 400.0, "B", "mlx5_0 on B is DOWN"),
+        ("1", 400.0, "", ""),
+    ]
+    assert fabric_test._supported(b, list(b.network_ports.all()))[("mlx5_0", 1)] == 400.0
+    row = {"rail": "0", "down": "B", "expected_gbps": 400.0}
+    from llmgw.cli.ctl_fabrics import _expected
+
+    assert _expected(row) == "down (B)"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rail_trained_at_half_its_rate_is_graded_against_the_rate_it_should_run_at(
+    make_node, agent_client
+):
+    """B's mlx5_1 trained at 200 of 400 Gb/s: measured against the slower
+    end, 190 Gb/s was "ok". The link should run at 400 (the slower of the
+    two ports' supported rates); the short training is itself the finding."""
+    a, _ = join(make_node, agent_client, "gpu-a", FEATURES, [port("mlx5_0"), port("mlx5_1")])
+    b, _ = join(make_node, agent_client, "gpu-b", FEATURES, [port("mlx5_0"), port("mlx5_1", 200.0)])
+    rails = fabric_test.pair(a, b)
+    assert [r.expected_gbps for r in rails] == [400.0, 400.0]
+    rails[0].measured_gbps, rails[1].measured_gbps = 390.0, 190.0
+    for r in rails:
+        fabric_test.grade(r)
+    assert [r.grade for r in rails] == ["ok", "degraded"]
+    assert rails[1].detail == (
+        "B's mlx5_1 trained at 200 Gb/s, where the link should run at 400 Gb/s"
+    )
+    # agent.yaml's declared rate is what a port was built for when it says more.
+    b.fabrics = [{"name": "ib-a", "adapters": ["mlx5_0", "mlx5_1"], "rate_gbps": 800}]
+    b.save(update_fields=["fabrics"])
+    b.network_ports.update(declared_fabric="ib-a")
+    assert fabric_test._supported(b, list(b.network_ports.all()))[("mlx5_0", 1)] == 800.0
 
 
 def test_grades_against_the_links_rate():
