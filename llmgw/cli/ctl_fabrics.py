@@ -16,6 +16,13 @@ def _cabling(f: dict[str, Any]) -> int:
     return int(summary.get("problems") or 0)
 
 
+def _nodes(f: dict[str, Any]) -> str:
+    """Its nodes, the NotReady ones said apart: a silent node is cabled to
+    the fabric but nothing it last said about its ports is known now."""
+    silent = len(f.get("not_ready_nodes") or ())
+    return f"{len(f['nodes'])} ({silent} NotReady)" if silent else str(len(f["nodes"]))
+
+
 def cmd_fabrics(api: Api, args: argparse.Namespace) -> str:
     data = api.call("GET", "/api/v1/fabrics")
     if args.json:
@@ -35,7 +42,7 @@ def cmd_fabrics(api: Api, args: argparse.Namespace) -> str:
                 ",".join(standbys) or DASH,
                 f"{f['active_ports']}/{f['ports']}",
                 str(f["down_ports"]),
-                str(len(f["nodes"])),
+                _nodes(f),
                 # The subnet managers' problems by code, then the map's
                 # cabling problems by count: only the map holds their detail.
                 ",".join(
@@ -63,6 +70,11 @@ def cmd_fabrics(api: Api, args: argparse.Namespace) -> str:
     ]
     for f in data["fabrics"]:
         lines += [f"{f['identity']}: {p['message']}" for p in f["problems"]]
+        if f.get("not_ready_nodes"):
+            lines.append(
+                f"{f['identity']}: {f['not_ready_ports']} port(s) on NotReady node(s), "
+                f"counted neither up nor down: {', '.join(f['not_ready_nodes'])}"
+            )
         if _cabling(f):
             lines.append(
                 f"{f['identity']}: {_cabling(f)} cabling problem(s) on the map "

@@ -218,8 +218,7 @@ def cmd_status(api: Api, args: argparse.Namespace) -> str:
         + (f" ({unknown} nodes did not say)" if unknown else ""),
         f"memory    {format_bytes(s['memory_total_bytes'])}"
         + (f" ({s['memory_unknown']} nodes did not say)" if s["memory_unknown"] else ""),
-        "gpus      "
-        + (", ".join(f"{g['count']}x{g['gpu_class'] or '?'}" for g in s["gpus"]) or DASH),
+        "gpus      " + (", ".join(gpu_count(g) for g in s["gpus"]) or DASH),
     ]
     if s["weights"]:
         lines.append(
@@ -229,6 +228,15 @@ def cmd_status(api: Api, args: argparse.Namespace) -> str:
     for m in held:
         lines += [f"held      {m['name']}", f"  weights: {fabric_weights(m['weights_by_fabric'])}"]
     return "\n".join(lines)
+
+
+def gpu_count(g: dict[str, Any]) -> str:
+    """A class's cards; those on NotReady nodes said apart, as the node
+    count says them (a silent node's cards may be gone with it)."""
+    name = g["gpu_class"] or "?"
+    if not g.get("not_ready"):
+        return f"{g['count']}x{name}"
+    return f"{g['ready']}x{name} Ready + {g['not_ready']} NotReady"
 
 
 def node_names(names: list[str], most: int = 6) -> str:

@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 
 from django.db.models import Count, F, Max, Q
 from django.http import QueryDict
+from django.utils import timezone
 
 from llmgw.inventory.api import filters
 from llmgw.inventory.api.node_list import node_rows
@@ -170,17 +171,25 @@ def _rack_groups(rows: list[dict[str, Any]], nodes: Any, now: datetime) -> list[
 def gpu_classes() -> list[dict[str, Any]]:
     """Cards per class, counted by the database: the fleet's GPUs are tens
     of thousands of rows, and the table has one line a class."""
+    # Cards on NotReady nodes are counted apart, as the fleet's summary does.
+    ready = Q(node__in=Node.objects.filter(filters.ready_q(timezone.now())).values("pk"))
     rows = (
         Gpu.objects.order_by("gpu_class")
         .values("gpu_class")
         .annotate(
             count=Count("pk"),
+            ready=Count("pk", filter=ready),
             unhealthy=Count("pk", filter=~Q(unhealthy_reason="")),
             nodes=Count("node", distinct=True),
             memory=Max("memory_total_bytes"),
         )
     )
     return [
-        {**r, "gpu_class": r["gpu_class"] or "-", "healthy": r["count"] - r["unhealthy"]}
+        {
+            **r,
+            "gpu_class": r["gpu_class"] or "-",
+            "healthy": r["count"] - r["unhealthy"],
+            "not_ready": r["count"] - r["ready"],
+        }
         for r in rows
     ]

@@ -14,6 +14,8 @@ from django.utils import timezone
 from llmgw.fabrics.choices import FabricKind, Problem, link_up
 from llmgw.fabrics.models import MasterChange, PhysicalFabric, Port
 from llmgw.fabrics.services import GONE
+from llmgw.inventory.api.filters import ready_q
+from llmgw.inventory.models import Node
 
 
 class PortRow(NamedTuple):
@@ -153,7 +155,11 @@ def _fabric_row(
     names: list[str],
     problems: list[dict[str, Any]],
     changes: list[MasterChange],
+    ready: set[str],
 ) -> dict[str, Any]:
+    # A NotReady node's ports are as it last said them, not as they are: its
+    # ports are counted apart, neither up nor down, and the node by name.
+    heard = [p for p in members if p.node in ready]
     return {
         "id": f.pk,
         "identity": f.identity,
@@ -172,11 +178,13 @@ def _fabric_row(
             for m in f.managers.all()
         ],
         "nodes": sorted({p.node for p in members}),
+        "not_ready_nodes": sorted({p.node for p in members if p.node not in ready}),
         # Every port seen on the fabric, the down ones too: a dark
         # node is still cabled to it and still missing from it.
         "ports": len(members),
-        "active_ports": sum(1 for p in members if p.active),
-        "down_ports": sum(1 for p in members if not p.active),
+        "active_ports": sum(1 for p in heard if p.active),
+        "down_ports": sum(1 for p in heard if not p.active),
+        "not_ready_ports": len(members) - len(heard),
         "problems": problems,
         "master_changes": [
             {
@@ -202,6 +210,7 @@ def build() -> dict[str, Any]:
     for change in MasterChange.objects.filter(at__gte=now - timedelta(days=1)):
         changes[change.fabric_id].append(change)
     warnings = ports.warnings
+    ready = set(Node.objects.filter(ready_q(now)).values_list("name", flat=True))
     out = []
     for f in fabrics.prefetch_related("managers"):
         members = ports.by_fabric.get(f.pk, [])
@@ -216,7 +225,7 @@ def build() -> dict[str, Any]:
                     "message": f"{' and '.join(names)} are one fabric ({f.identity})",
                 }
             )
-        out.append(_fabric_row(f, members, names, problems, changes[f.pk]))
+        out.append(_fabric_row(f, members, names, problems, changes[f.pk], ready))
     for name, init in sorted(ports.unmanaged.items()):
         if name and name not in {n for f in out for n in f["names"]}:
             warnings.append(

@@ -43,9 +43,11 @@
 
   async function refresh() {
     const d = await LG.getJSON("/console/api/gpus");
-    let total = 0, out = 0, worn = 0;
+    let total = 0, out = 0, worn = 0, silent = 0;
     const groups = d.nodes.map((n) => {
       total += n.gpus.length;
+      // A NotReady node's cards are as it last said them: counted apart.
+      if (n.state !== "Ready") silent += n.gpus.length;
       out += n.gpus.filter((g) => !g.healthy || g.missing).length;
       worn += n.gpus.filter((g) => g.healthy && wear(g).level).length;
       return el("div", { class: `gpu-node ${n.state === "Ready" ? "" : "down"}`, "data-node": n.name }, [
@@ -54,7 +56,7 @@
       ]);
     });
     map.replaceChildren(...(groups.length ? groups : [el("p", { class: "dim" }, "No GPU in the fleet.")]));
-    document.getElementById("summary").textContent = `${total} cards · ${out} held out · ${worn} showing wear`;
+    document.getElementById("summary").textContent = `${total} cards${silent ? ` (${silent} on NotReady nodes)` : ""} · ${out} held out · ${worn} showing wear`;
     map.dataset.loaded = String(Number(map.dataset.loaded || 0) + 1);
   }
 

@@ -78,3 +78,46 @@ def test_a_dark_node_stays_counted_but_is_never_placed_on_the_fabric(cluster):  
         (port / "phys_state").write_text("5: LinkUp\n")
     b.beat(seconds=10)
     assert {v.name: bool(v.fabrics) for v in node_views()} == {"gpu-a": True, "gpu-b": True}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_node_that_went_silent_is_counted_apart_on_its_fabric(
+    cluster,  # noqa: F811
+    live_server,
+    operator,
+    monkeypatch,
+    capsys,
+):
+    """Seven minutes after a node died, its fabric still said every port
+    up: its ports were counted as it last reported them."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from llmgw.inventory.models import Node
+
+    nodes = [cluster(f"gpu-{i}") for i in range(4)]
+    for n in nodes:
+        n.beat()
+    Node.objects.filter(name="gpu-2").update(
+        last_heartbeat_at=timezone.now() - timedelta(minutes=7)
+    )
+
+    monkeypatch.setenv("LLMGW_URL", live_server.url)
+    monkeypatch.setenv("LLMGW_TOKEN", make_token(operator))
+    assert ctl.main(["fabrics", "--json"]) == 0
+    [fabric] = json.loads(capsys.readouterr().out)["fabrics"]
+    assert (fabric["ports"], fabric["active_ports"], fabric["down_ports"]) == (32, 24, 0)
+    assert (fabric["not_ready_ports"], fabric["not_ready_nodes"]) == (8, ["gpu-2"])
+    assert fabric["nodes"] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+
+    assert ctl.main(["fabrics"]) == 0
+    out = capsys.readouterr().out
+    header, row = out.splitlines()[:2]
+    up = header.index("UP/PORTS")
+    nodes_at, problems_at = header.index("NODES"), header.index("PROBLEMS")
+    assert row[up:].split()[0] == "24/32"
+    assert row[nodes_at:problems_at].strip() == "4 (1 NotReady)"
+    assert f"{MASTER}: 8 port(s) on NotReady node(s), counted neither up nor down: gpu-2" in out, (
+        out
+    )

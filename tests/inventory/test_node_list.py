@@ -168,10 +168,24 @@ def test_the_summary_counts_the_fleet_and_what_the_filters_pick(api, fleet):
         "A100-40GB": 160,
         "L40S-48GB": 160,
     }
+    # The silent nodes' cards are counted apart (node-00007, node-00057).
+    assert {g["gpu_class"]: (g["ready"], g["not_ready"]) for g in s["gpus"]} == {
+        "H100-80GB": (152, 8),
+        "A100-40GB": (160, 0),
+        "L40S-48GB": (152, 8),
+    }
     assert s["weights"] == [{"model": "llama-3.1-8b", "nodes": 20}]
     rack = api.get("/api/v1/nodes/summary?domain=rack=r001").json()
     assert rack["nodes"] == 20 and [g["gpu_class"] for g in rack["gpus"]] == ["A100-40GB"]
     assert api.get("/api/v1/nodes/summary?limit=5").json()["detail"].startswith("limit: unknown")
+
+
+def test_the_cluster_page_counts_a_silent_nodes_cards_apart(client, operator, fleet):
+    client.force_login(operator)
+    page = client.get("/").content.decode()
+    row = page[page.index('<tr data-class="H100-80GB">') :]
+    row = row[: row.index("</tr>")]
+    assert '<td class="cards">152 <span class="tag bad"' in row and "+ 8 NotReady" in row, row
 
 
 def test_the_summary_says_unknown_rather_than_zero(api, fleet):

@@ -203,6 +203,8 @@ class NodePageSerializer(serializers.Serializer):
 class GpuClassCountSerializer(serializers.Serializer):
     gpu_class = serializers.CharField(allow_null=True)
     count = serializers.IntegerField()
+    ready = serializers.IntegerField(help_text="of count, on Ready nodes")
+    not_ready = serializers.IntegerField(help_text="of count, on NotReady nodes")
     unhealthy = serializers.IntegerField()
     nodes = serializers.IntegerField()
 

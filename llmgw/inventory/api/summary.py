@@ -31,12 +31,16 @@ def summary(nodes: QuerySet[Node], now: datetime) -> dict[str, Any]:
     counts["cpus"] = counts.pop("cpus_known")
     counts["memory_total_bytes"] = counts.pop("memory_known")
     counts["not_ready"] = counts["nodes"] - counts["ready"]
+    # A card on a silent node is counted apart: it may be gone with its
+    # node, and a fleet total that still holds it overstates what can run.
+    ready = Q(node__in=Node.objects.filter(ready_q(now)).order_by().values("pk"))
     gpus = (
         Gpu.objects.filter(node__in=nodes.order_by().values("pk"))
         .order_by("gpu_class")
         .values("gpu_class")
         .annotate(
             count=Count("pk"),
+            ready=Count("pk", filter=ready),
             unhealthy=Count("pk", filter=~Q(unhealthy_reason="")),
             nodes=Count("node", distinct=True),
         )
@@ -49,6 +53,9 @@ def summary(nodes: QuerySet[Node], now: datetime) -> dict[str, Any]:
     )
     return {
         **counts,
-        "gpus": [{**g, "gpu_class": g["gpu_class"] or None} for g in gpus],
+        "gpus": [
+            {**g, "gpu_class": g["gpu_class"] or None, "not_ready": g["count"] - g["ready"]}
+            for g in gpus
+        ],
         "weights": [{"model": w["model_name"], "nodes": w["nodes"]} for w in weights],
     }
