@@ -8,6 +8,9 @@ from typing import Any
 
 from llmgw.cli.ctl_client import DASH, Api, Outcome, table
 
+# Named lines a kind of finding prints; the rest are counted.
+PER_KIND = 20
+
 
 def _cabling(f: dict[str, Any]) -> int:
     """The cabling problems (leaf-to-leaf cables, down uplinks) the fabric's
@@ -21,6 +24,31 @@ def _nodes(f: dict[str, Any]) -> str:
     the fabric but nothing it last said about its ports is known now."""
     silent = len(f.get("not_ready_nodes") or ())
     return f"{len(f['nodes'])} ({silent} NotReady)" if silent else str(len(f["nodes"]))
+
+
+def _findings(f: dict[str, Any]) -> list[str]:
+    """Each port down and each thing the map found, by name: its switch,
+    port and node. A map stored before findings were kept beside it has
+    only counts, and says where the detail is."""
+    down = f.get("down_port_names") or []
+    out = [f"port down: {name}" for name in down[:PER_KIND]]
+    if len(down) > PER_KIND:
+        out.append(f"and {len(down) - PER_KIND} more port(s) down")
+    summary = (f.get("map") or {}).get("summary") or {}
+    found = summary.get("findings")
+    if found is None:
+        counted = {
+            "degraded link(s)": summary.get("degraded_links"),
+            "adapter(s) off their rail": summary.get("misaligned_rails"),
+            "cabling problem(s)": summary.get("problems"),
+        }
+        said = ", ".join(f"{n} {what}" for what, n in counted.items() if n)
+        if said:
+            out.append(f"{said} on the map: the console's fabric page names them")
+        return out
+    out += [line["message"] for line in found["lines"]]
+    out += [f"and {n} more {kind.replace('_', ' ')}(s)" for kind, n in found["left_out"].items()]
+    return out
 
 
 def cmd_fabrics(api: Api, args: argparse.Namespace) -> str:
@@ -75,11 +103,7 @@ def cmd_fabrics(api: Api, args: argparse.Namespace) -> str:
                 f"{f['identity']}: {f['not_ready_ports']} port(s) on NotReady node(s), "
                 f"counted neither up nor down: {', '.join(f['not_ready_nodes'])}"
             )
-        if _cabling(f):
-            lines.append(
-                f"{f['identity']}: {_cabling(f)} cabling problem(s) on the map "
-                "(leaf-to-leaf cables, down uplinks): see the console's fabric page"
-            )
+        lines += [f"{f['identity']}: {line}" for line in _findings(f)]
         lines += [
             f"{f['identity']}: master {c['from'] or DASH} -> {c['to']} at {c['at']} (seen by {c['reported_by']})"
             for c in f["master_changes"]

@@ -185,6 +185,12 @@ def _fabric_row(
         "active_ports": sum(1 for p in heard if p.active),
         "down_ports": sum(1 for p in heard if not p.active),
         "not_ready_ports": len(members) - len(heard),
+        # Each down port by name: a count alone sends the operator looking.
+        "down_port_names": [
+            f"{_port_name(p)} ({p.state or '?'}, {p.phys_state or '?'})"
+            for p in heard
+            if not p.active
+        ],
         "problems": problems,
         "master_changes": [
             {

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from llmgw.fabrics import ibnetdiscover, topology
 from llmgw.fabrics.choices import FabricKind
+from llmgw.fabrics.findings import findings
 from llmgw.fabrics.models import FabricMap, PhysicalFabric, Port
 from llmgw.inventory import commands
 from llmgw.inventory import services as inventory
@@ -159,7 +160,9 @@ def store_map(
             "taken_at": taken_at,
             "source_node": source_node,
             "analysis": analysis,
-            "summary": analysis.get("summary"),
+            # What it found, named, beside the counts: `ctl fabrics` says
+            # which cable and which adapter without loading the whole map.
+            "summary": {**(analysis.get("summary") or {}), "findings": findings(analysis)},
             "error": "",
             "error_line": None,
         },
