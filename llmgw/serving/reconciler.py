@@ -2,10 +2,10 @@
 
 always_running replicas, always; up to under_load while the model's queue
 says it is loaded, added one at a time after it has stayed loaded for
-SCALE_UP_AFTER, and taken back one at a time after it has been idle for
-SCALE_DOWN_AFTER (the hysteresis: a burst does not start and stop engines
-that take minutes to load). A failed replica is released whole and
-replaced. Placement decides where; a replica placement cannot place is
+SCALE_UP_AFTER (the first of a model with none at once), and taken back
+one at a time after it has been idle for SCALE_DOWN_AFTER (the
+hysteresis: a burst does not start and stop engines that take minutes to
+load). A failed replica is released whole and replaced. Placement decides where; a replica placement cannot place is
 recorded with its reasons (explain shows them) and tried again next tick.
 """
 
@@ -54,7 +54,10 @@ def target(model: Model, live: int, now: datetime) -> int:
     if loaded:
         state.idle_since = None
         state.loaded_since = state.loaded_since or now
-        if now - state.loaded_since >= SCALE_UP_AFTER:
+        # From zero at once: with no replica every request is refused, so
+        # there is no burst to ride out, only clients waiting for the first.
+        from_zero = live == 0 and state.target == 0
+        if from_zero or now - state.loaded_since >= SCALE_UP_AFTER:
             state.target = min(model.under_load, max(state.target, live) + 1)
             state.loaded_since = now
     else:
@@ -184,7 +187,13 @@ def reconcile_all() -> dict[str, Any]:
     # replaced in this tick, not left "ready" until the node returns.
     lost.mark_lost()
     results = {}
-    held = Model.objects.filter(always_running__gt=0) | Model.objects.filter(replicas__isnull=False)
+    # A model held only under load is looked at with no replica too: its
+    # load (the gateway's refused requests) is what places the first one.
+    held = (
+        Model.objects.filter(always_running__gt=0)
+        | Model.objects.filter(under_load__gt=0)
+        | Model.objects.filter(replicas__isnull=False)
+    )
     for model in held.distinct().prefetch_related("profiles"):
         results[model.name] = reconcile_model(model)
     return results

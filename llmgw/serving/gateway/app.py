@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -83,6 +84,8 @@ class Gateway:
         self.durations: dict[str, dict[str, metrics.Row]] = {}
         self.first_bytes: dict[str, metrics.Row] = {}
         self._refused: dict[str, int] = {}
+        # Each publish's refusals, kept for RETRY_AFTER_S (see publish).
+        self._refusals: deque[tuple[float, dict[str, int]]] = deque()
         self._used_keys: set[int] = set()
         self._touched_at = 0.0
         self._db: ThreadPoolExecutor | None = None
@@ -176,15 +179,24 @@ class Gateway:
 
     async def publish(self) -> None:
         depth = self.router.queue_depths()
+        # A refused client was told to come back in RETRY_AFTER_S: it is
+        # still waiting for that long, so its request counts as load until
+        # then. Counted for one second only, a client that retried as told
+        # showed in one publish of five, and the reconciler's tick mostly
+        # read a model with no replica as idle.
+        now = time.monotonic()
         refused, self._refused = self._refused, {}
-        for model, count in refused.items():
-            depth[model] = depth.get(model, 0.0) + count
+        self._refusals.append((now, refused))
+        while self._refusals and now - self._refusals[0][0] >= RETRY_AFTER_S:
+            self._refusals.popleft()
+        for _, counts in self._refusals:
+            for model, count in counts.items():
+                depth[model] = depth.get(model, 0.0) + count
         requests = {m: dict(codes) for m, codes in self.requests.items()}
         latency = metrics.latency_report(self.durations, self.first_bytes)
         await self._in_db_thread(
             load.publish, depth, self.router.in_flight(), requests, None, latency
         )
-        now = time.monotonic()
         if self._used_keys and now - self._touched_at >= 60:
             used, self._used_keys = self._used_keys, set()
             self._touched_at = now

@@ -9,8 +9,9 @@ figures go to a file-based cache in the data directory instead.
 
 Depth per model: requests waiting in the engines' queues (or, where a
 replica's queue is unknown, the gateway's own requests still waiting for a
-first byte), plus the requests refused in the last second because no
-replica was ready: with no replica, the demand is the load.
+first byte), plus the requests refused in the last few seconds (the
+retry-after the clients were given) because no replica was ready: with no
+replica, the demand is the load, and it places the first one.
 """
 
 from __future__ import annotations
