@@ -5,8 +5,9 @@ says it is loaded, added one at a time after it has stayed loaded for
 SCALE_UP_AFTER (the first of a model with none at once), and taken back
 one at a time after it has been idle for SCALE_DOWN_AFTER (the
 hysteresis: a burst does not start and stop engines that take minutes to
-load). A failed replica is released whole and replaced. Placement decides where; a replica placement cannot place is
-recorded with its reasons (explain shows them) and tried again next tick.
+load). A failed replica is released whole and replaced. Placement
+decides where; a replica placement cannot place is recorded with its
+reasons (explain shows them) and tried again next tick.
 """
 
 from __future__ import annotations

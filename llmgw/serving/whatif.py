@@ -113,17 +113,68 @@ def lost_lines(item: whatif.Lost, entry: dict[str, Any]) -> list[str]:
     return lines
 
 
+def short_now(fleet: Fleet) -> dict[str, tuple[int, int]]:
+    """Held models below always_running before anything fails: model ->
+    (replicas, wanted). Said apart, so no failure is blamed for them."""
+    live = fleet.live()
+    return {
+        model: (live.get(model, 0), wanted)
+        for model, wanted in sorted(fleet.always_running.items())
+        if wanted and live.get(model, 0) < wanted
+    }
+
+
+def below_after(fleet: Fleet, outcome: Outcome) -> list[dict[str, Any]]:
+    """The models this failure leaves below always_running with fewer
+    replicas than they have now, each with its own replicas lost and not
+    placed again (a model already short and untouched is not its doing)."""
+    live = fleet.live()
+    lost: dict[str, int] = defaultdict(int)
+    stuck: dict[str, int] = defaultdict(int)
+    for item in outcome.lost:
+        lost[item.replica.model] += 1
+        stuck[item.replica.model] += item.decision is None
+    return [
+        {
+            "model": m,
+            "replicas": after,
+            "always_running": wanted,
+            "lost": lost[m],
+            "not_replaced": stuck[m],
+        }
+        for m, (after, wanted) in outcome.below(fleet).items()
+        if after < live.get(m, 0)
+    ]
+
+
+def short_data(short: dict[str, tuple[int, int]]) -> list[dict[str, Any]]:
+    return [{"model": m, "replicas": n, "always_running": w} for m, (n, w) in short.items()]
+
+
+def short_lines(short: dict[str, tuple[int, int]], indent: str = "  ") -> list[str]:
+    return [
+        f"{indent}{m} is already at {n} of {w} always-running replicas, before any failure"
+        for m, (n, w) in short.items()
+    ]
+
+
 def outcome_data(fleet: Fleet, outcome: Outcome) -> dict[str, Any]:
     count = f"{len(outcome.nodes)} node" + ("" if len(outcome.nodes) == 1 else "s")
     lines = [f"if {outcome.domain} failed ({count}: {', '.join(outcome.nodes)}):"]
     # The verdict first: the detail below it runs to a line per node refused.
-    below = outcome.below(fleet)
+    short = short_now(fleet)
+    below = {b["model"]: (b["replicas"], b["always_running"]) for b in below_after(fleet, outcome)}
+    lines += short_lines(short)
     if not outcome.lost:
         lines.append("  no held replica has a shard there: nothing is lost")
     for model, (after, wanted) in below.items():
         lines.append(f"  {model} would be left with {after} of {wanted} always-running replicas")
     if outcome.lost and not below:
-        lines.append("  every held model keeps its always-running replicas")
+        lines.append(
+            "  no held model is left with fewer replicas than it has now"
+            if short
+            else "  every held model keeps its always-running replicas"
+        )
     lost = []
     for item in outcome.lost:
         entry = lost_data(item)
@@ -152,6 +203,7 @@ def outcome_data(fleet: Fleet, outcome: Outcome) -> dict[str, Any]:
             {"model": m, "replicas": after, "always_running": wanted}
             for m, (after, wanted) in below.items()
         ],
+        "already_short": short_data(short),
         "lines": lines,
     }
 
@@ -195,21 +247,26 @@ def fail(domain: str) -> dict[str, Any]:
 
 def sweep(levels: tuple[str, ...] = whatif.SWEPT) -> dict[str, Any]:
     fleet = load()
-    tried, hurt = whatif.sweep(fleet, levels)
-    rows = [
-        {
-            "domain": o.domain,
-            "nodes": len(o.nodes),
-            "lost": len(o.lost),
-            "not_replaced": sum(1 for lost in o.lost if lost.decision is None),
-            "below": [
-                {"model": m, "replicas": after, "always_running": wanted}
-                for m, (after, wanted) in o.below(fleet).items()
-            ],
-        }
-        for o in hurt
-    ]
+    tried, outcomes = whatif.sweep(fleet, levels)
+    # The sweep returns every failure that leaves a model short, those
+    # already short included; only a failure that takes replicas from a
+    # model short afterwards hurts.
+    rows = []
+    for o in outcomes:
+        below = below_after(fleet, o)
+        if below:
+            rows.append(
+                {
+                    "domain": o.domain,
+                    "nodes": len(o.nodes),
+                    "lost": len(o.lost),
+                    "not_replaced": sum(1 for lost in o.lost if lost.decision is None),
+                    "below": below,
+                }
+            )
+    short = short_now(fleet)
     lines = [f"failed {tried} domains ({', '.join(levels)}) one at a time: {len(rows)} would hurt"]
+    lines += short_lines(short)
     for row in rows:
         models = ", ".join(
             f"{b['model']} {b['replicas']}/{b['always_running']}" for b in row["below"]
@@ -221,9 +278,17 @@ def sweep(levels: tuple[str, ...] = whatif.SWEPT) -> dict[str, Any]:
     if not tried:
         labels = ", ".join(f"llmgw.io/{level}" for level in levels)
         lines.append(f"  no node names a domain of these levels (labels {labels})")
+    elif not rows and short:
+        lines.append("  no one failing leaves a held model with fewer replicas than it has now")
     elif not rows:
         lines.append("  every held model keeps its always-running replicas, whichever one fails")
-    return {"levels": list(levels), "tried": tried, "hurt": rows, "lines": lines}
+    return {
+        "levels": list(levels),
+        "tried": tried,
+        "hurt": rows,
+        "already_short": short_data(short),
+        "lines": lines,
+    }
 
 
 def profiles_of(spec: dict[str, Any]) -> list[Profile]:

@@ -8,19 +8,23 @@
 
   function sweepTable(m, data) {
     const mine = (data.hurt || []).flatMap((h) => h.below.filter((b) => b.model === m.name).map((b) => ({ h, b })));
+    // Short before anything fails: said once, apart from what a failure adds.
+    const short = (data.already_short || []).find((s) => s.model === m.name);
+    const now = short ? el("p", { class: "already-short bad" }, `${m.name} is already at ${short.replicas} of ${short.always_running} always-running replicas, before any failure.`) : null;
     const summary = el("p", { class: "sweep-summary" }, mine.length
       ? [el("b", { class: "bad" }, `${mine.length} of ${data.tried}`), ` racks and PDUs would each, failing alone, leave ${m.name} below its ${m.always_running} always-running replicas:`]
       : [el("b", { class: "ok" }, `none of ${data.tried}`), ` racks and PDUs would, failing alone, leave ${m.name} below its ${m.always_running} always-running replicas.`]);
-    if (!mine.length) return [summary];
+    if (!mine.length) return [now, summary].filter(Boolean);
     const rows = mine.map(({ h, b }) => el("tr", { "data-domain": h.domain }, [
       el("td", {}, el("a", { href: "#", class: "fail-link", "data-domain": h.domain }, h.domain)),
       el("td", {}, String(h.nodes)),
-      el("td", {}, String(h.lost)),
-      el("td", {}, String(h.not_replaced)),
+      // This model's replicas only: other models' losses are their cards'.
+      el("td", {}, String(b.lost)),
+      el("td", {}, String(b.not_replaced)),
       el("td", { class: "bad" }, `${b.replicas} of ${b.always_running}`),
     ]));
-    return [summary, el("table", { class: "grid sweep" }, [
-      el("thead", {}, el("tr", {}, ["Domain", "Nodes", "Replicas lost", "Cannot be placed again", `${m.name} left with`].map((h) => el("th", {}, h)))),
+    return [...(now ? [now] : []), summary, el("table", { class: "grid sweep" }, [
+      el("thead", {}, el("tr", {}, ["Domain", "Nodes", `${m.name} replicas lost`, "Cannot be placed again", `${m.name} left with`].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows),
     ])];
   }

@@ -88,8 +88,9 @@ def test_sweep_lists_the_domains_whose_loss_hurts(fleet, api, django_assert_num_
     # Rack r1 takes one replica and b1 is full; PDU p1 (a1 and b1) takes
     # b1's and leaves one node of the fleet; rack r2 (b1) and PDU p2 (a2)
     # each lose one replica that the free node takes.
-    short = [{"model": "big", "replicas": 1, "always_running": 2}]
-    assert hurt == {"rack=r1": short, "pdu=p1": short}
+    # Each model's row counts its own replicas lost and not placed again.
+    short = {"model": "big", "replicas": 1, "always_running": 2, "not_replaced": 1}
+    assert hurt == {"rack=r1": [{**short, "lost": 1}], "pdu=p1": [{**short, "lost": 2}]}
     assert data["lines"][0] == "failed 4 domains (rack, pdu) one at a time: 2 would hurt"
     assert api.get("/api/v1/whatif/sweep", {"levels": "rack,shelf"}).status_code == 400
 
