@@ -20,7 +20,7 @@ from llmgw.serving.choices import ReplicaState
 from llmgw.serving.gateway import load
 from llmgw.serving.models import Replica, Shard
 from tests.servers import free_port
-from tests.serving.gateway_peers import engines, gateway_server  # noqa: F401
+from tests.serving.gateway_peers import CHAT, engines, gateway_server  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -83,6 +83,28 @@ def test_completions_and_embeddings(gateway_server, engines):
     assert oa.completions.create(model="tiny", prompt="hi").choices[0].text == "hello"
     assert oa.embeddings.create(model="tiny", input="hi").data[0].embedding == [0.25, 0.5, 0.75]
     assert [b.get("prompt") or b.get("input") for b in a.bodies] == ["hi", "hi"]
+
+
+def test_answers_name_the_model_the_client_asked_for(gateway_server, engines):
+    # The fake engine names itself "m", as llama-server names its file.
+    a = engines("a")
+    replica("tiny", a.url)
+    api_key = key("tiny")
+    oa = client(gateway_server, api_key)
+    gateway_server.refresh()
+    assert oa.chat.completions.create(model="tiny", messages=MESSAGES).model == "tiny"
+    chunks = list(oa.chat.completions.create(model="tiny", messages=MESSAGES, stream=True))
+    assert len(chunks) == 4 and {c.model for c in chunks} == {"tiny"}
+    assert oa.completions.create(model="tiny", prompt="hi").model == "tiny"
+    assert oa.embeddings.create(model="tiny", input="hi").model == "tiny"
+    # Everything else as the engine wrote it.
+    raw = httpx.post(
+        gateway_server.url + "/v1/chat/completions",
+        json={"model": "tiny", "messages": MESSAGES},
+        headers={"authorization": f"Bearer {api_key}"},
+    )
+    assert raw.json() == {**CHAT, "model": "tiny", "served_by": "a"}
+    assert int(raw.headers["content-length"]) == len(raw.content)
 
 
 def test_models_lists_what_the_key_may_use(gateway_server, engines):

@@ -64,17 +64,21 @@ def test_every_endpoint_through_the_gateway(gateway_server, llama_server):
 
     answer = oa.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=8)
     assert answer.choices[0].message.role == "assistant"
+    # llama-server names its weights' file; the client reads the name it asked for.
+    assert answer.model == "tiny"
     assert answer.usage.completion_tokens > 0
 
     chunks = list(
         oa.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=8, stream=True)
     )
     assert len(chunks) > 2  # one per token, passed on as they came
+    assert {c.model for c in chunks} == {"tiny"}
     assert chunks[-1].choices == [] or chunks[-1].choices[0].finish_reason is not None
 
-    assert isinstance(
-        oa.completions.create(model="tiny", prompt="hello", max_tokens=4).choices[0].text, str
-    )
+    completion = oa.completions.create(model="tiny", prompt="hello", max_tokens=4)
+    assert isinstance(completion.choices[0].text, str) and completion.model == "tiny"
+    streamed = list(oa.completions.create(model="tiny", prompt="hi", max_tokens=4, stream=True))
+    assert streamed and {c.model for c in streamed} == {"tiny"}
     vector = oa.embeddings.create(model="tiny", input="hello world").data[0].embedding
     assert len(vector) == 64
 

@@ -5,6 +5,9 @@ aiohttp to the engine (measured here at about a ninth of httpx's CPU per
 request). Bodies pass through untouched; a stream goes out chunk by chunk
 as the engine writes it.
 
+An answer names the model the client asked for, not the engine's own
+name for it (naming.py).
+
 A failed replica (refused connection, 5xx, a stream that ends before its
 first byte) is retried on another one only while nothing has reached the
 client; after that the stream ends with an OpenAI-style error event.
@@ -21,6 +24,7 @@ import aiohttp
 
 from llmgw.serving.gateway.asgi import Send
 from llmgw.serving.gateway.errors import send_error, sse_error_event
+from llmgw.serving.gateway.naming import StreamRenamer, rename
 from llmgw.serving.gateway.routing import BACKOFF_S, Router, Upstream, parse_queue_depth
 
 log = logging.getLogger("llmgw.gateway")
@@ -130,6 +134,8 @@ class Proxy:
                 up.waiting -= 1
                 waiting = False
                 if not streaming:
+                    if response.status < 300 and response.content_type == "application/json":
+                        first = rename(first, model)
                     await _send_whole(response, first, send, state)
                     complete = True
                     return response.status
@@ -193,14 +199,22 @@ async def _relay(
             "headers": _content_type(response) + _STREAM_HEADERS,
         }
     )
+    renamer = StreamRenamer(model)
+    first = renamer.feed(first)
     await send({"type": "http.response.body", "body": first, "more_body": True})
     tail = first[-2:]
     try:
         async for chunk in response.content.iter_any():
+            chunk = renamer.feed(chunk)
+            if not chunk:
+                continue
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             tail = chunk[-2:] if len(chunk) > 1 else tail[-1:] + chunk
     except UPSTREAM_ERRORS as exc:
         log.warning("gateway: %s replica %s broke mid-stream: %s", model, up.replica_id, exc)
+        rest = renamer.flush()
+        if rest:
+            tail = (tail + rest)[-2:]
         # Close any event the engine left half-written first.
         lead = b"" if tail == b"\n\n" else (b"\n" if tail.endswith(b"\n") else b"\n\n")
         event = sse_error_event(
@@ -208,10 +222,10 @@ async def _relay(
             "upstream_stream_broken",
         )
         state["done"] = True
-        await send({"type": "http.response.body", "body": lead + event})
+        await send({"type": "http.response.body", "body": rest + lead + event})
         return "stream_error"
     state["done"] = True
-    await send({"type": "http.response.body", "body": b""})
+    await send({"type": "http.response.body", "body": renamer.flush()})
     return response.status
 
 
