@@ -29,6 +29,8 @@ def nodes_text(names: list[str]) -> str:
 def hold_text(hold: dict[str, Any] | None) -> str:
     if hold is None:
         return DASH
+    if hold.get("drained"):
+        return "held, drained: " + hold["reason"]
     return ("draining: " if hold["drain"] else "held: ") + hold["reason"]
 
 
@@ -37,7 +39,8 @@ def draw_text(row: dict[str, Any]) -> str:
     if row["draw_w"] is None:
         return "unknown"
     unknown = row["unknown_nodes"]
-    return kw(row["draw_w"]) + (f" (+{unknown} unknown)" if unknown else "")
+    over = " OVER CAP" if row.get("over_cap_w") else ""
+    return kw(row["draw_w"]) + (f" (+{unknown} unknown)" if unknown else "") + over
 
 
 def cmd_facility(api: Api, args: argparse.Namespace) -> str:
@@ -60,6 +63,12 @@ def cmd_facility(api: Api, args: argparse.Namespace) -> str:
     if not rows:
         return "no domains: label nodes with llmgw.io/site, room, row, rack or pdu"
     lines = [table(HEADERS, rows)]
+    for r in data["domains"]:
+        if r.get("over_cap_w"):
+            lines.append(
+                f"{r['domain']}: over its cap: at {kw(r['draw_w'])} of its {kw(r['cap_w'])} cap "
+                f"({kw(r['over_cap_w'])} over); nothing that adds to its draw is placed there"
+            )
     for r in data["domains"]:
         hold = r["hold"]
         if hold and hold["drain"]:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from django.db import models
 
+# How a drain's progress begins once nothing runs in the domain any more:
+# written by serving.draining, read wherever the hold is shown.
+DRAINED = "drained"
+
 
 class Hold(models.Model):
     """Nothing new is placed in a held domain; with drain, what runs there

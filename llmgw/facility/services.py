@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Count
 
 from llmgw.facility import domains, power
-from llmgw.facility.models import Budget, Hold
+from llmgw.facility.models import DRAINED, Budget, Hold
 from llmgw.inventory.models import Node
 
 
@@ -155,6 +155,7 @@ def overview() -> dict[str, Any]:
         for name in ("declared_w", "derived_w", "measured_w", "draw_w"):
             if row[name] is not None:
                 row[name] = round(row[name], 1)
+        row["over_cap_w"] = over_cap(row["draw_w"], row["cap_w"])
     return {"domains": listed, "levels": list(domains.LEVELS)}
 
 
@@ -176,11 +177,23 @@ def _row(key: str, facility: Facility) -> dict[str, Any]:
     }
 
 
+def over_cap(draw_w: float | None, cap_w: float | None) -> float | None:
+    """Watts past the cap (the draw placement holds against it, the largest
+    known figure of each node summed); None when within it or either is
+    unknown: a domain nobody measured is not said to be over."""
+    if draw_w is None or cap_w is None or draw_w <= cap_w:
+        return None
+    return round(draw_w - cap_w, 1)
+
+
 def hold_data(h: Hold) -> dict[str, Any]:
     return {
         "domain": h.domain,
         "reason": h.reason,
         "drain": h.drain,
+        # A drain that has moved everything out is still a hold: nothing new
+        # is placed there, but nothing is draining either.
+        "drained": bool(h.drain and not h.moving and h.progress.startswith(DRAINED + ":")),
         "held_by": h.held_by,
         "held_at": h.held_at.isoformat(),
         "moving": h.moving,

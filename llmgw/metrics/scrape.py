@@ -2,7 +2,8 @@
 
 A fleet's per-node series (its nodes, cards, ports, collectors and shards:
 about 470 series for an 8-GPU node) grow with the fleet; the fleet-level
-series (fabrics' subnet managers and problems, held models, the gateway)
+series (fabrics' subnet managers and problems, held models, facility
+domains' power, the gateway)
 do not. At 5,000 nodes the whole is over a million series, too much for
 one answer within a scrape timeout, so the node series are also served in
 shards: shard i of N holds the nodes whose id is i modulo N. Prometheus
@@ -25,7 +26,7 @@ from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 
 from llmgw.inventory.models import Node
-from llmgw.metrics import agents, collectors, fabrics, gpus, held, shards
+from llmgw.metrics import agents, collectors, fabrics, facility, gpus, held, shards
 from llmgw.metrics.text import render
 from llmgw.serving.gateway.metrics import GatewayCollector
 
@@ -78,7 +79,7 @@ def node_text(shard: tuple[int, int] | None) -> str:
 
 
 def fleet_text() -> str:
-    families = [*fabrics.fabric_families(), *held.families()]
+    families = [*fabrics.fabric_families(), *held.families(), *facility.families()]
     return render(families) + generate_latest(_gateway).decode()
 
 

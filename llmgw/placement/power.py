@@ -124,15 +124,21 @@ def over_cap(shards: dict[int, tuple[NodeState, float | None]], p: Profile) -> R
             adds = "an unknown draw" if added is None else kw(added, what)
             nodes = "1 node" if d.unknown == 1 else f"{d.unknown} nodes"
             unknown = f", {nodes} of unknown draw" if d.unknown else ""
+            # Where the domain is now, then the shard: "would reach 8.8 kW"
+            # read wrong of a domain already at 8.8 kW that the shard barely moves.
             return (
                 Reason.POWER_CAP,
-                f"{n.view.name} is in {domain_name(key)}, which would reach "
-                f"{(d.draw + rise) / 1000:.1f} kW, needs at most its cap: {domain_name(key)}: "
-                f"{kw(d.measured, 'measured')}, {kw(d.derived, 'derived')}, "
-                f"{kw(d.declared, 'declared')}, {kw(d.cap, 'cap')}{unknown}; "
+                f"{n.view.name} is in {domain_name(key)}, which is at {_now(d)} "
+                f"of its {kw(d.cap, 'cap')} ({kw(d.measured, 'measured')}, "
+                f"{kw(d.derived, 'derived')}, {kw(d.declared, 'declared')}{unknown}); "
                 f"this shard adds {adds}",
             )
     return None
+
+
+def _now(d: DomainPower) -> str:
+    # Only nodes of unknown draw: unknown, not 0.0 kW.
+    return "an unknown draw" if d.unknown and not d.draw else f"{d.draw / 1000:.1f} kW"
 
 
 def apply(n: NodeState, watts: float | None) -> None:

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from llmgw.catalog.models import Model
 from llmgw.facility import domains
-from llmgw.facility.models import Hold
+from llmgw.facility.models import DRAINED, Hold
 from llmgw.inventory.models import Node
 from llmgw.serving import placing
 from llmgw.serving.choices import ReplicaState
@@ -80,7 +80,7 @@ def _step(hold: Hold, model: Model, live: list[Replica], done: dict[str, Any]) -
     ]
     if not mine:
         if not Shard.objects.filter(node_id__in=inside).exists():
-            _say(hold, f"drained: nothing runs in {where}", None)
+            _say(hold, f"{DRAINED}: nothing runs in {where}", None)
         return None
     old = min(mine, key=lambda r: r.pk)
     replica, result = placing.place_replica(model.name)

@@ -53,14 +53,16 @@
     const cells = [
       el("td", {}, domain.domain),
       el("td", {}, String(domain.nodes.length)),
-      el("td", {}, listed ? `${kw(domain.draw_w)}${domain.unknown_nodes ? ` (+${domain.unknown_nodes} unknown)` : ""}` : ""),
+      // Past its cap (as placement counts the draw): marked, with by how much.
+      el("td", domain.over_cap_w ? { class: "bad over-cap", title: `${kw(domain.over_cap_w)} over its ${kw(domain.cap_w)} cap` } : {},
+        listed ? `${kw(domain.draw_w)}${domain.unknown_nodes ? ` (+${domain.unknown_nodes} unknown)` : ""}${domain.over_cap_w ? ` — over cap by ${kw(domain.over_cap_w)}` : ""}` : ""),
       el("td", {}, listed ? kw(domain.cap_w) : ""),
     ];
     if (hold) {
       const release = el("button", { type: "button" }, "Release");
       release.addEventListener("click", () =>
         act("DELETE", `/api/v1/facility/holds/${encodeURIComponent(domain.domain)}`, {}, `${domain.domain} released`));
-      cells.push(el("td", { class: "held" }, `${hold.drain ? "draining" : "held"}: ${hold.reason}${hold.progress ? ` — ${hold.progress}` : ""}`));
+      cells.push(el("td", { class: "held" }, `${hold.drained ? "held, drained" : hold.drain ? "draining" : "held"}: ${hold.reason}${hold.progress ? ` — ${hold.progress}` : ""}`));
       cells.push(el("td", {}, release));
     } else {
       const reason = el("input", { placeholder: "reason", size: "16" });

@@ -100,10 +100,10 @@ def test_a_budget_refuses_with_the_three_numbers(fleet: Fleet) -> None:
     [refusal] = [r for r in result.explanation.rejections if r.node == "sim-h100-04"]
     assert refusal.reason_code == "power_cap"
     text = refusal.message
-    assert text.startswith("sim-h100-04 is in pdu r01-pdu1, which would reach ")
     # The cards on the PDU (8 x 400 W and 8 x 700 W) may draw 8.8 kW; measured
     # is whatever the simulated cards and CPU packages drew last.
-    assert " kW measured, 8.8 kW derived, declared unknown, 8.0 kW cap; " in text
+    assert text.startswith("sim-h100-04 is in pdu r01-pdu1, which is at 8.8 kW of its 8.0 kW cap (")
+    assert " kW measured, 8.8 kW derived, declared unknown); " in text
     assert text.endswith("this shard adds 0.7 kW declared")
     shown = "\n".join(serving_explain_lines())
     assert "sim-h100-04 is in pdu r01-pdu1" in shown

@@ -195,18 +195,16 @@ CAPS = [
         # Derived (the cards' limits) is the largest known: it bites.
         lambda: [powered("a", "r07", 40_000, measured_w=38_200, derived_w=41_000)],
         gpu_profile(power_w=5_600),
-        "a is in rack r07, which would reach 43.8 kW, needs at most its cap: rack r07: "
-        "38.2 kW measured, 41.0 kW derived, declared unknown, 40.0 kW cap; "
-        "this shard adds 5.6 kW declared",
+        "a is in rack r07, which is at 41.0 kW of its 40.0 kW cap (38.2 kW measured, "
+        "41.0 kW derived, declared unknown); this shard adds 5.6 kW declared",
         id="derived-over-the-cap",
     ),
     pytest.param(
         # Measured plus the shard passes the cap; derived alone would not.
         lambda: [powered("a", "r07", 40_000, measured_w=36_000, derived_w=20_000)],
         gpu_profile(power_w=5_000),
-        "a is in rack r07, which would reach 41.0 kW, needs at most its cap: rack r07: "
-        "36.0 kW measured, 20.0 kW derived, declared unknown, 40.0 kW cap; "
-        "this shard adds 5.0 kW declared",
+        "a is in rack r07, which is at 36.0 kW of its 40.0 kW cap (36.0 kW measured, "
+        "20.0 kW derived, declared unknown); this shard adds 5.0 kW declared",
         id="measured-plus-the-shard",
     ),
     pytest.param(
@@ -221,9 +219,8 @@ CAPS = [
             )
         ],
         gpu_profile(),
-        "a is in pdu p1, which would reach 1.6 kW, needs at most its cap: pdu p1: "
-        "measured unknown, derived unknown, 0.9 kW declared, 1.0 kW cap; "
-        "this shard adds 0.7 kW derived from its GPUs' limits",
+        "a is in pdu p1, which is at 0.9 kW of its 1.0 kW cap (measured unknown, "
+        "derived unknown, 0.9 kW declared); this shard adds 0.7 kW derived from its GPUs' limits",
         id="derived-from-the-cards-taken",
     ),
     pytest.param(
@@ -233,9 +230,8 @@ CAPS = [
             cpu_node("b", labels=at(rack="r1"), budgets=(("rack=r1", 500),)),
         ],
         cpu_profile(),
-        "a is in rack r1, which would reach 0.6 kW, needs at most its cap: rack r1: "
-        "measured unknown, derived unknown, 0.6 kW declared, 0.5 kW cap, 1 node of unknown draw; "
-        "this shard adds an unknown draw",
+        "a is in rack r1, which is at 0.6 kW of its 0.5 kW cap (measured unknown, "
+        "derived unknown, 0.6 kW declared, 1 node of unknown draw); this shard adds an unknown draw",
         id="unknown-draw",
     ),
 ]
@@ -276,4 +272,7 @@ def test_a_multi_node_replica_counts_all_its_shards_against_a_cap() -> None:
     result = place("m", [big], nodes)
     assert result.decision is None
     assert {r.reason_code for r in result.explanation.rejections} == {Reason.POWER_CAP}
-    assert "rack r1, which would reach 12.0 kW" in result.explanation.rejections[0].message
+    assert (
+        "rack r1, which is at 2.0 kW of its 10.0 kW cap" in result.explanation.rejections[0].message
+    )
+    assert result.explanation.rejections[0].message.endswith("this shard adds 10.0 kW declared")
