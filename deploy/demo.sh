@@ -22,7 +22,11 @@ mkdir -p "$DATA/agent" "$DATA/models" "$DATA/log" "$DATA/mirror"
 python manage.py migrate --noinput -v0
 python manage.py collectstatic --noinput -v0
 llmgw catalog apply deploy/server.example.yaml
-python manage.py bootstrap_admin --url "$URL" --cli-config "$DATA/cli.yaml"
+# Its first line says how to log in: the one-time password when the account
+# is made now, or how to set a new one when a run before made it.
+ADMIN=$(python manage.py bootstrap_admin --url "$URL" --cli-config "$DATA/cli.yaml")
+echo "$ADMIN"
+LOGIN=$(printf '%s\n' "$ADMIN" | head -1)
 
 # A real agent for this machine, joined the way any node joins.
 NODE=$(hostname -s)
@@ -63,8 +67,12 @@ else
   echo "prometheus is not installed: the node pages' charts will say so (apt-get install prometheus)"
 fi
 
+# pids: what the demo is (the control plane, its worker, the simulated
+# fleet); the demo stops when one of them stops. The agent is one node among
+# many: it dying is that node's news, not a reason to stop the others.
 pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+agent=()
+cleanup() { kill "${pids[@]}" "${agent[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
 uvicorn llmgw.asgi:application --host "$HOST" --port "$PORT" --log-level warning &
@@ -82,7 +90,12 @@ pids+=($!)
 # flags leave llama.cpp's tests and examples out of that build.
 CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF}" \
   llmgw-agent --config "$DATA/agent/agent.yaml" > "$DATA/log/agent.log" 2>&1 &
-pids+=($!)
+agent+=($!)
+# Say so when it stops; the control plane marks the node NotReady on its own.
+( while kill -0 "${agent[0]}" 2>/dev/null; do sleep 2; done
+  echo "this machine's agent stopped (log: $DATA/log/agent.log); the rest of the demo runs on;" \
+    "start it again with: llmgw-agent --config $DATA/agent/agent.yaml" ) &
+agent+=($!)
 # --serve-shards: the simulated nodes' shards get ready (a drain can finish)
 # and answer from one endpoint of the simulator's, saying no model ran.
 llmgw simulate --nodes "$SIM_NODES" --server "$URL" --serve-shards > "$DATA/log/simulate.log" 2>&1 &
@@ -109,7 +122,8 @@ llmgw doctor --config "$DATA/agent/agent.yaml" || true
 
 cat <<MSG
 
-llmgw is running at $URL  (log in as admin; the console, /admin/, /api/docs/)
+llmgw is running at $URL  (the console, /admin/, /api/docs/)
+  log in:                $LOGIN
   this machine's agent:  $NODE  (log: $DATA/log/agent.log)
   simulated nodes:       $SIM_NODES  (log: $DATA/log/simulate.log)
   command line:          export LLMGW_CONFIG=$DATA/cli.yaml; llmgw ctl nodes

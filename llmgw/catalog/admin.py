@@ -1,6 +1,7 @@
 """Admin for the catalog. The catalog file is authoritative: `llmgw catalog
-apply` writes every column of these rows and deletes the profiles the file
-no longer names, so an edit made here would be lost at the next apply, or
+apply` writes every column of these rows (held counts changed at run time
+aside, unless the file changed them) and deletes the profiles the file no
+longer names, so an edit made here would be lost at the next apply, or
 would run replicas nobody can find in the file. Shown, never edited."""
 
 from django.contrib import admin

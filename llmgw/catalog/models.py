@@ -15,6 +15,13 @@ class Model(models.Model):
     # Held counts: kept running always, and allowed up to while loaded.
     always_running = models.PositiveIntegerField(default=0)
     under_load = models.PositiveIntegerField(default=0)
+    # The held counts the catalog file said when last applied; null when no
+    # file has said (a row from before they were kept). A re-apply compares
+    # the file with these, not with the counts above, which the operator
+    # changes at run time (ctl model scale, ctl place): a count the file did
+    # not change keeps its run-time value (catalog.services.apply).
+    file_always_running = models.PositiveIntegerField(null=True, blank=True)
+    file_under_load = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

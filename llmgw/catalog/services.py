@@ -64,12 +64,12 @@ def _profiles_in_use(models: list[str]) -> dict[str, dict[str, int]]:
     return used
 
 
-def apply_text(text: str) -> dict[str, int]:
+def apply_text(text: str) -> dict[str, Any]:
     parsed = parse(text)
     return apply(parsed)
 
 
-def apply_file(path: Path) -> dict[str, int]:
+def apply_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text()
     except OSError as exc:
@@ -78,43 +78,125 @@ def apply_file(path: Path) -> dict[str, int]:
 
 
 @transaction.atomic
-def apply(parsed: Parsed) -> dict[str, int]:
+def apply(parsed: Parsed) -> dict[str, Any]:
+    """Store the file; the answer counts what it names and, under "changes",
+    says in words what this apply changed, one line each."""
     errors = check(parsed)
     if errors:
         raise CatalogError(errors)
+    changes: list[str] = []
     for spec in parsed.engines:
-        if spec["default"]:
-            Engine.objects.filter(name=spec["name"]).update(default=False)
-        Engine.objects.update_or_create(
-            name=spec["name"],
-            version=spec["version"],
-            defaults={
-                "builds": spec["builds"],
-                "package": spec["package"],
-                "mirror": spec["mirror"],
-                "default": spec["default"],
-            },
-        )
+        changes += _engine(spec)
     profiles = 0
     for spec in parsed.models:
-        model, _ = Model.objects.update_or_create(
-            name=spec["name"],
-            defaults={
-                "source": spec["source"],
-                "weights": spec.get("weights", ""),
-                "always_running": spec.get("always_running", 0),
-                "under_load": spec.get("under_load", 0),
-            },
+        changes += _model(spec)
+        profiles += len(spec["profiles"])
+    return {
+        "engines": len(parsed.engines),
+        "models": len(parsed.models),
+        "profiles": profiles,
+        "changes": changes,
+    }
+
+
+def _engine(spec: dict[str, Any]) -> list[str]:
+    if spec["default"]:
+        Engine.objects.filter(name=spec["name"]).update(default=False)
+    fields = {k: spec[k] for k in ("builds", "package", "mirror", "default")}
+    stored = Engine.objects.filter(name=spec["name"], version=spec["version"]).first()
+    Engine.objects.update_or_create(name=spec["name"], version=spec["version"], defaults=fields)
+    what = f"engine {spec['name']} {spec['version']}"
+    if stored is None:
+        return [f"{what}: added"]
+    changed = [k for k, v in fields.items() if getattr(stored, k) != v]
+    return [f"{what}: {', '.join(changed)} changed"] if changed else []
+
+
+def _model(spec: dict[str, Any]) -> list[str]:
+    name = spec["name"]
+    said = {field: spec.get(field, 0) for field in HELD}
+    model = Model.objects.select_for_update().filter(name=name).first()
+    if model is None:
+        model = Model.objects.create(
+            name=name,
+            source=spec["source"],
+            weights=spec.get("weights", ""),
+            **said,
+            **{f"file_{field}": n for field, n in said.items()},
         )
-        names = []
         for p in spec["profiles"]:
-            names.append(p["name"])
-            Profile.objects.update_or_create(
-                model=model, name=p["name"], defaults=_profile_fields(p)
+            Profile.objects.create(model=model, name=p["name"], **_profile_fields(p))
+        counts = ", ".join(f"{field} {n}" for field, n in said.items())
+        return [f"model {name}: added ({counts})"]
+    changes = [
+        f"model {name}: {field} changed"
+        for field, value in (("source", spec["source"]), ("weights", spec.get("weights", "")))
+        if getattr(model, field) != value
+    ]
+    held, notes = _held(model, said)
+    changes += [f"model {name}: {note}" for note in notes]
+    model.source, model.weights = spec["source"], spec.get("weights", "")
+    for field in HELD:
+        setattr(model, field, held[field])
+        setattr(model, f"file_{field}", said[field])
+    model.save()
+    stored = {p.name: p for p in model.profiles.all()}
+    for p in spec["profiles"]:
+        fields = _profile_fields(p)
+        row = stored.pop(p["name"], None)
+        if row is None:
+            Profile.objects.create(model=model, name=p["name"], **fields)
+            changes.append(f"model {name}: profile {p['name']} added")
+            continue
+        changed = [k for k, v in fields.items() if getattr(row, k) != v]
+        if changed:
+            Profile.objects.filter(pk=row.pk).update(**fields)
+            changes.append(f"model {name}: profile {p['name']}: {', '.join(changed)} changed")
+    for gone in sorted(stored):
+        changes.append(f"model {name}: profile {gone} removed")
+    model.profiles.filter(name__in=list(stored)).delete()
+    return changes
+
+
+# The held counts, in the order they are spoken of.
+HELD = ("always_running", "under_load")
+
+
+def _held(model: Model, said: dict[str, int]) -> tuple[dict[str, int], list[str]]:
+    """The held counts after an apply, and what it says of them.
+
+    The file's count is taken when the file changed it since it was last
+    applied: an edited count is the operator's newest word on it, newer than
+    any change at run time. A count the file did not change keeps its value
+    now: `ctl model scale` and `ctl place` change counts at run time, and a
+    re-apply of the same file (make demo run again, a deploy re-run) is not
+    an instruction to undo them and release their replicas. Where no apply
+    recorded what the file said (rows from before it was kept), the count
+    now is kept too, and the line says how to take the file's."""
+    held: dict[str, int] = {}
+    notes: list[str] = []
+    for field in HELD:
+        now, new, last = getattr(model, field), said[field], getattr(model, f"file_{field}")
+        if now == new:
+            held[field] = new
+        elif last is not None and new != last:
+            held[field] = new
+            notes.append(f"{field} {now} -> {new} (the file changed it from {last})")
+        else:
+            held[field] = now
+            flag = field.replace("_", "-")
+            notes.append(
+                f"{field} kept at {now}, as set at run time (the file says {new}, "
+                f"unchanged; to take it: llmgw ctl model scale {model.name} --{flag} {new})"
             )
-            profiles += 1
-        model.profiles.exclude(name__in=names).delete()
-    return {"engines": len(parsed.engines), "models": len(parsed.models), "profiles": profiles}
+    if held["under_load"] and held["under_load"] < held["always_running"]:
+        # under_load is the ceiling under load, never below the floor.
+        notes.append(
+            f"under_load {held['under_load']} -> {held['always_running']}, "
+            f"up to always_running {held['always_running']}"
+        )
+        held["under_load"] = held["always_running"]
+    return held, notes
 
 
 def _profile_fields(p: dict[str, Any]) -> dict[str, Any]:

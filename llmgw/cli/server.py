@@ -54,6 +54,12 @@ def catalog_command(path: str) -> int:
     print(
         f"{path}: applied {counts['models']} models, {counts['profiles']} profiles, {counts['engines']} engines{budgets}"
     )
+    # What this apply changed, so a re-apply that moved nothing says so and
+    # one that kept a count set at run time says which and why.
+    for line in counts["changes"]:
+        print(f"  {line}")
+    if not counts["changes"]:
+        print("  no model, profile or engine changed")
     return 0
 
 

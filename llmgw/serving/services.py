@@ -94,7 +94,7 @@ def _answer(
     return replica, result, {**counts, "held": words}
 
 
-def apply_catalog(path: Path) -> dict[str, int]:
+def apply_catalog(path: Path) -> dict[str, Any]:
     """`llmgw catalog FILE`: apply the file, and when it names engines tell
     every node, which converges on the engines the catalog names. The
     catalog knows nothing of nodes; this is where the two meet."""

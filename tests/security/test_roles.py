@@ -318,3 +318,22 @@ def test_bootstrap_admin_makes_an_admin(db, tmp_path, monkeypatch):
     admin = User.objects.get(username="admin")
     assert roles.is_admin(admin)
     assert list(admin.groups.values_list("name", flat=True)) == [AD]
+
+
+def test_bootstrap_admin_run_again_says_how_to_log_in(db, tmp_path, monkeypatch):
+    """make demo run a second time: the password is not shown again (it is
+    stored hashed), so the line says how to get in."""
+    monkeypatch.setenv("LLMGW_ADMIN_PASSWORD", "a-long-admin-password")
+    cli = str(tmp_path / "cli.yaml")
+    call_command("bootstrap_admin", "--cli-config", cli, stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("bootstrap_admin", "--cli-config", cli, stdout=out)
+    assert "log in with LLMGW_ADMIN_PASSWORD" in out.getvalue()
+    monkeypatch.setenv("LLMGW_ADMIN_PASSWORD", "not-what-it-was-made-with")
+    out = io.StringIO()
+    call_command("bootstrap_admin", "--cli-config", cli, stdout=out)
+    first = out.getvalue().splitlines()[0]
+    assert first == (
+        "admin account 'admin' already exists: its password was shown once, when it was "
+        "made; to set a new one: python manage.py changepassword admin"
+    )

@@ -45,7 +45,19 @@ class Command(BaseCommand):
                 )
                 self.stdout.write("  (shown once: change it under Admin > Users)")
         else:
-            self.stdout.write(f"admin account {username!r} already exists")
+            # Run again (make demo a second time), the password is not
+            # shown: it was shown once and is stored only hashed. Say how to
+            # get in anyway, or the operator is locked out of their own demo.
+            given = os.environ.get("LLMGW_ADMIN_PASSWORD")
+            how = (
+                "log in with LLMGW_ADMIN_PASSWORD"
+                if given and user.check_password(given)
+                else "its password was shown once, when it was made"
+            )
+            self.stdout.write(
+                f"admin account {username!r} already exists: {how}; to set a new one: "
+                f"python manage.py changepassword {username}"
+            )
         secret = _still_good(cli_config, user)
         if secret is None:
             secret = tokens.create_token(user, "bootstrap_admin").secret
