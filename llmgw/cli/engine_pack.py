@@ -41,13 +41,22 @@ def engines_yaml(version: str, platform: str, url: str, sha256: str) -> str:
 def main(argv: list[str]) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="llmgw engine pack", description=__doc__.splitlines()[0])
+    # The docstring's first paragraph whole: its first line alone stopped
+    # mid-sentence ("from a local").
+    first = " ".join(__doc__.split("\n\n")[0].split()).removeprefix("`llmgw engine pack`: ")
+    parser = argparse.ArgumentParser(
+        prog="llmgw engine pack", description=first[:1].upper() + first[1:]
+    )
     parser.add_argument(
         "build_dir", type=Path, nargs="?", help="folder holding llama-server and its libraries"
     )
     parser.add_argument("--version", help="the build tag, e.g. b11434")
-    parser.add_argument("--platform", default="ubuntu-x64")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--platform",
+        default="ubuntu-x64",
+        help="the platform the build runs on, as server.yaml's builds: name it (default: %(default)s)",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="folder to write into")
     parser.add_argument("--url-base", default="", help="where the archive will be served from")
     parser.add_argument(
         "--wheelhouse",
