@@ -126,7 +126,13 @@ def read_room(roots: Roots, facts: Facts) -> None:
 
 def read_engines(engines_dir: Path, configured: Sequence[tuple[str, Path]], facts: Facts) -> None:
     from ..engines.installer import InstallError, installed_folders, recheck
-    from ..engines.verify import VerifyError, local_runner, parse_any_version, run_version
+    from ..engines.verify import (
+        VerifyError,
+        local_runner,
+        parse_any_version,
+        pinned_by,
+        run_version,
+    )
 
     run = local_runner()
     found: list[dict[str, Any]] = []
@@ -138,9 +144,11 @@ def read_engines(engines_dir: Path, configured: Sequence[tuple[str, Path]], fact
                 {"name": folder.name, "path": str(folder), "ok": False, "message": str(exc)}
             )
         else:
+            why = pinned_by(got.info, got.marker.version)
             found.append({"name": got.marker.engine, "version": got.marker.version,
                           "path": str(got.binary), "ok": True,
-                          "message": f"--version: {got.info.describe()}"})  # fmt: skip
+                          "message": f"--version: {got.info.describe()}"
+                                     + (f" ({why})" if why else "")})  # fmt: skip
     for name, path in configured:
         try:
             out = run_version(path, run)

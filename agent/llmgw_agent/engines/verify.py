@@ -176,7 +176,8 @@ VERSION_ARGS = {"sglang": ("-c", "import sglang; print(sglang.__version__)")}
 
 
 def check_engine(engine: str, binary: Path, run: CommandRunner, wanted: str | None) -> VersionInfo:
-    """llama-server as check_llama_server does; any other engine by its version output."""
+    """llama-server as check_llama_server does; any other engine by its version output,
+    which must be the version asked for (a local label such as "+cu124" aside)."""
     if engine == "llama.cpp":
         return check_llama_server(binary, run, wanted)
     args = VERSION_ARGS.get(engine, ("--version",))
@@ -184,7 +185,22 @@ def check_engine(engine: str, binary: Path, run: CommandRunner, wanted: str | No
     info = parse_any_version(output)
     if info is None:
         raise VerifyError(f"{binary.name} {args[0]} printed no version: {_tail(output)}")
+    if wanted and info.version.split("+")[0] != wanted:
+        raise VerifyError(
+            f"{binary.name} says it is {engine} {info.version}, but {wanted} was asked for"
+        )
     return info
+
+
+def pinned_by(info: VersionInfo, wanted: str | None) -> str:
+    """Why a version that cannot be compared with its pin is taken for it, in words;
+    "" where the version printed is the pin itself."""
+    if wanted and info.build == "0":
+        return (
+            f"build 0 is llama.cpp built outside git, which cannot say its build number; "
+            f"the sha256 the catalog gives for {wanted} is what pins it"
+        )
+    return ""
 
 
 @dataclass(frozen=True)
