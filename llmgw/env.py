@@ -8,6 +8,7 @@ the wrong behaviour and nobody knowing why.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -67,3 +68,16 @@ def url(name: str, schemes: tuple[str, ...]) -> str | None:
     if scheme not in schemes:
         raise ImproperlyConfigured(f"{name}: scheme must be one of {', '.join(schemes)}")
     return value
+
+
+def networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Comma-separated addresses or networks (10.0.0.5, 10.0.0.0/24, ::1)."""
+    found = []
+    for item in words(name, []):
+        try:
+            found.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: {item!r} is not an IP address or network (10.0.0.1, 10.0.0.0/24)"
+            ) from None
+    return tuple(found)

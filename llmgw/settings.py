@@ -282,6 +282,10 @@ API_TOKEN_TTL_DAYS = env.integer("LLMGW_API_TOKEN_TTL_DAYS", 90, minimum=1)
 # endpoint and both login pages); five times this from one address over all
 # usernames. Then 429 with Retry-After until the minute is out.
 LOGIN_FAILURES_PER_MINUTE = env.integer("LLMGW_LOGIN_FAILURES_PER_MINUTE", 10, minimum=1)
+# Reverse proxies in front of the web processes, whose X-Forwarded-For is
+# believed (the login throttle counts by the client it names). Empty: the
+# header is ignored, since any client can send one.
+TRUSTED_PROXIES = env.networks("LLMGW_TRUSTED_PROXIES")
 
 LOGGING = {
     "version": 1,

@@ -9,14 +9,16 @@ Counters live in the cache: Redis in production, shared by every web
 process; per process in the embedded default. A counter's minute starts at
 its first failure and it is one atomic INCR. Only failures count, through
 Django's user_login_failed signal, which every password check sends (the
-console's login, Django admin's, the token endpoint). The address is
-REMOTE_ADDR: behind a proxy that is the proxy's, and the per-address limit
-then holds for everyone behind it.
+console's login, Django admin's, the token endpoint). The address is the
+client's (client_address): behind a reverse proxy REMOTE_ADDR is the
+proxy's, and counting by it let fifty wrong passwords from anyone lock out
+everyone behind it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import math
 import time
 from typing import Any
@@ -30,8 +32,37 @@ WINDOW_S = 60
 ADDRESS_FACTOR = 5
 
 
-def _counters(request: HttpRequest, username: str) -> list[tuple[str, int]]:
+def client_address(request: HttpRequest) -> str:
+    """REMOTE_ADDR, unless it is one of settings.TRUSTED_PROXIES: then
+    X-Forwarded-For is read from the right, past each hop a trusted proxy
+    added, to the first address that is not a trusted proxy's: the client
+    as the nearest proxy saw it. Whatever stands left of that the client
+    wrote itself, and believing it would give a guesser a fresh address for
+    every try; a malformed hop ends the walk at the last proxy believed."""
     address = request.META.get("REMOTE_ADDR", "") or "-"
+    proxies = settings.TRUSTED_PROXIES
+    if not _trusted(address, proxies):
+        return address
+    for hop in reversed(request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")):
+        try:
+            address = str(ipaddress.ip_address(hop.strip()))
+        except ValueError:
+            return address
+        if not _trusted(address, proxies):
+            return address
+    return address
+
+
+def _trusted(address: str, proxies: tuple[Any, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in proxies)
+
+
+def _counters(request: HttpRequest, username: str) -> list[tuple[str, int]]:
+    address = client_address(request)
     # Hashed: a username is whatever a client sent, of any length or alphabet.
     pair = hashlib.sha256(f"{address}\0{username.casefold()}".encode()).hexdigest()[:32]
     limit = settings.LOGIN_FAILURES_PER_MINUTE
