@@ -49,15 +49,22 @@ def render(result: dict[str, Any]) -> str:
         + (f", {s['routers']} routers" if s["routers"] else "")
         + ")"
     )
-    nodes = Counter(a["node"] for a in result["adapters"] if a["node"])
-    unnamed = sum(1 for a in result["adapters"] if a["role"] == "adapter" and not a["node"])
+    hosts = [a for a in result["adapters"] if a["role"] == "adapter"]
+    # Maps analysed before hosts were told by system image GUID have no "host".
+    named = {a["node"] for a in hosts if a["node"]}
+    unset = {a.get("host") for a in hosts if not a["node"] and a.get("host")}
+    adapters_unset = sum(1 for a in hosts if not a["node"])
     out.append(
-        f"nodes: {len(nodes)}"
-        + (f"; {unnamed} adapters without a node description" if unnamed else "")
+        f"nodes: {len(named)}"
+        + (
+            f"; {adapters_unset} adapters with no node description set, named by "
+            f"system image GUID ({len(unset)} GUIDs)"
+            if adapters_unset
+            else ""
+        )
     )
     out.append(f"links: {s['links']}")
-    for kind, exp in result["expected_rates"].items():
-        out.append(f"  {kind}: {exp['rate_text']} ({exp['rate']} Gb/s)")
+    out += _rates(result)
     out.append(f"degraded links: {s['degraded_links']}")
     for d in result["degraded_links"]:
         out.append(
@@ -70,13 +77,21 @@ def render(result: dict[str, Any]) -> str:
             "of their own device); misalignment not judged"
         )
     else:
-        out.append(f"misaligned rails: {s['misaligned_rails']}")
+        managed = s.get("misaligned_management", 0)
+        out.append(
+            f"misaligned rails: {s['misaligned_rails']}"
+            + (f" (and {managed} adapters of UFM or management hosts, no rail members)"
+               if managed else "")
+        )  # fmt: skip
         desc = {sw["guid"]: sw["description"] for sw in result["switches"]}
         for m in result["rail_misalignment"]:
             expected = ", ".join(desc.get(g, g) for g in m["expected_leaf_guids"]) or "none"
+            host = m.get("host") or m["node"] or m["adapter_guid"]
+            notes = [n for n in (m.get("host_note"), m.get("management")) if n]
             out.append(
-                f"  {m['node']} {m['device']}: on {desc.get(m['leaf_guid'], m['leaf_guid'])} "
+                f"  {host} {m['device']}: on {desc.get(m['leaf_guid'], m['leaf_guid'])} "
                 f"(a {m['leaf_carries']} leaf); expected {expected}"
+                + "".join(f"; {n}" for n in notes)
             )
     for w in result["warnings"]:
         out.append(f"warning: {w}")
@@ -84,6 +99,42 @@ def render(result: dict[str, Any]) -> str:
     for p in result.get("problems", []):
         out.append(problem_line(p))
     return "\n".join(out)
+
+
+# Links named under a rate that is not their kind's most common one.
+NAMED_LINKS = 10
+
+
+def _rates(result: dict[str, Any]) -> list[str]:
+    """Each kind of link with every rate its links run at, and the links
+    at a rate other than the kind's most common, each by name: a fabric
+    whose tiers mix rates (an EDR leaf-spine link among HDR ones, by design
+    or not) shows it. A degraded link is said again below, with its rate."""
+    by_kind: dict[str, Counter[tuple[Any, Any]]] = {}
+    links: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for link in result["links"]:
+        if link["rate"] is None:
+            continue
+        key = (link["rate"], link["rate_text"])
+        by_kind.setdefault(link["kind"], Counter())[key] += 1
+        links.setdefault((link["kind"], key), []).append(link)
+    out: list[str] = []
+    for kind, counts in sorted(by_kind.items()):
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], -kv[0][0]))
+        if len(ranked) == 1:
+            (rate, text), _ = ranked[0]
+            out.append(f"  {kind}: {text} ({rate} Gb/s)")
+            continue
+        out.append(
+            f"  {kind}: "
+            + ", ".join(f"{text} ({rate} Gb/s) on {n} links" for (rate, text), n in ranked)
+        )
+        for key, n in ranked[1:]:
+            named = links[(kind, key)][:NAMED_LINKS]
+            out += [f"    {key[1]}: {_label(k['a'])} - {_label(k['b'])}" for k in named]
+            if n > len(named):
+                out.append(f"    {key[1]}: and {n - len(named)} more")
+    return out
 
 
 def _end(end: dict[str, Any]) -> str:

@@ -34,14 +34,17 @@ def _degraded(d: dict[str, Any]) -> str:
 def _misaligned(m: dict[str, Any], leaves: dict[str, str]) -> str:
     leaf = leaves.get(m["leaf_guid"], m["leaf_guid"])
     port = m.get("leaf_port")
-    host = m.get("node") or m.get("host") or m["adapter_guid"]
+    # Maps analysed before hosts were told by system image GUID have no "host".
+    host = m.get("host") or m.get("node") or m["adapter_guid"]
     line = (
         f"off its rail: {host} {m['device']} on {leaf}"
         + (f" port {port}" if port is not None else "")
         + f", a {m['leaf_carries']} leaf"
     )
+    if m.get("host_note"):
+        line += f" ({m['host_note']})"
     if m.get("management"):
-        line += f" ({m['management']}, not a rail member)"
+        line += f" ({m['management']}: not a rail member)"
     return line
 
 

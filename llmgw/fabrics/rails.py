@@ -24,6 +24,8 @@ _VENDOR_DEFAULT = re.compile(
 _ADAPTER_NAME = re.compile(r"(?i)(?:mlx\d+_(\d+)|(hca)[-_]?(\d+))\Z")
 # a leaf named for storage or management is not a rail, whatever its hosts
 _NOT_RAIL = re.compile(r"(?i)stor|mgmt|manage|\bufm\b")
+# a host named for UFM or management is no rail member, wherever it is cabled
+_MANAGEMENT_HOST = re.compile(r"(?i)ufm|mgmt|manage|\bmgt\b")
 _PLACEHOLDER_HOST = frozenset(("localhost", "localhost.localdomain", "(none)"))
 
 
@@ -72,7 +74,7 @@ def rail_leaves(adapters: list[dict[str, Any]], nodes: dict[str, Node]) -> set[s
         leaf = a["leaf_guid"]
         if leaf is None or a["rail"] is None:
             continue
-        host = a["node"]
+        host = a.get("host", a["node"])
         placed.append((host, leaf))
         if host is not None:
             on = leaves_of_host.get(host)
@@ -95,14 +97,52 @@ def rail_leaves(adapters: list[dict[str, Any]], nodes: dict[str, Node]) -> set[s
     }
 
 
+def _rail_adapters(adapters: list[dict[str, Any]]) -> Counter[str]:
+    """How many adapters with a rail each host has."""
+    count: Counter[str] = Counter()
+    for a in adapters:
+        host = a.get("host", a["node"])
+        if a["rail"] is not None and host is not None:
+            count[host] += 1
+    return count
+
+
+def _management(
+    candidates: list[dict[str, Any]], per_host: Counter[str], aligned_hosts: set[str]
+) -> None:
+    """Say which misaligned adapters are a UFM or management host's: one
+    named so, or one with fewer adapters than the fabric's compute hosts
+    and none of them on its rail's leaf (a management host takes whatever
+    leaf ports are free; it is no rail member, and its cabling no fault)."""
+    counts = Counter(n for n in per_host.values() if n > 1)
+    compute = max(counts.items(), key=lambda kv: (kv[1], kv[0]))[0] if counts else 0
+    for m in candidates:
+        host = m["host"]
+        if host is not None and _MANAGEMENT_HOST.search(host):
+            m["management"] = "a UFM or management host, by its name"
+        elif m["node"] is not None and host not in aligned_hosts and per_host[host] < compute:
+            m["management"] = (
+                f"a management host: {per_host[host]} adapters where compute hosts have "
+                f"{compute}, none on its rail's leaf"
+            )
+        else:
+            m["management"] = None
+
+
 def rails_of(adapters: list[dict[str, Any]], rail_leaves: set[str]) -> dict[str, Any]:
-    """Which leaf carries which rail, and which adapters sit on another's leaf."""
+    """Which leaf carries which rail, and which adapters sit on another's leaf.
+    A host with one adapter has no rails to keep apart: it is left out."""
+    per_host = _rail_adapters(adapters)
     on_leaf: dict[str, Counter[int]] = {}
     names: dict[tuple[str, int], Counter[str]] = {}
     placed_on: list[dict[str, Any]] = []
     for a in adapters:
         rail, leaf = a["rail"], a["leaf_guid"]
         if rail is None or leaf not in rail_leaves:
+            continue
+        # Only a named host is known to have one: an adapter with no node
+        # description may share its machine with adapters of other GUIDs.
+        if a["node"] is not None and per_host[a["node"]] == 1:
             continue
         placed_on.append(a)
         c = on_leaf.get(leaf)
@@ -127,6 +167,7 @@ def rails_of(adapters: list[dict[str, Any]], rail_leaves: set[str]) -> dict[str,
         v.sort()
 
     aligned = 0
+    aligned_hosts: set[str] = set()
     candidates: list[dict[str, Any]] = []
     for a in placed_on:
         leaf_owner = owner.get(a["leaf_guid"])
@@ -134,10 +175,13 @@ def rails_of(adapters: list[dict[str, Any]], rail_leaves: set[str]) -> dict[str,
             continue  # a leaf split evenly between rails: belongs to no rail
         if leaf_owner == a["rail"]:
             aligned += 1
+            aligned_hosts.add(a.get("host", a["node"]))
             continue
         candidates.append(
             {
                 "node": a["node"],
+                "host": a.get("host", a["node"]),
+                "host_note": a.get("host_note"),
                 "device": a["device"],
                 "rail": a["rail"],
                 "adapter_guid": a["guid"],
@@ -151,6 +195,7 @@ def rails_of(adapters: list[dict[str, Any]], rail_leaves: set[str]) -> dict[str,
     placed = len(placed_on)
     share = aligned / placed if placed else 1.0
     optimised = placed > 0 and share >= RAIL_OPTIMISED_SHARE
+    _management(candidates, per_host, aligned_hosts)
     return {
         "optimised": optimised,
         "aligned_share": round(share, 4),

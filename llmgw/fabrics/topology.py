@@ -15,7 +15,9 @@ JSON-ready dict (see :func:`analyze`). Every step is linear in nodes + links.
   never set its description) has no node and no device; a single word is a
   node whose device is unknown, unless it is a device name (``"HCA-3"``). A
   placeholder host name (``localhost``: the description was set before the
-  hostname) names no node: many hosts share it.
+  hostname) names no node: many hosts share it. Such an adapter's *host* is
+  its system image GUID (a machine's adapters share one where it is set),
+  flagged "node description not set".
 * **Rail of a device.** ``mlx5_N`` is rail N and ``HCA-N`` rail N-1: DGX OS
   names the compute adapters HCA-1.. in rail order, 1-based, and on the real
   DGX H100 fabric every leaf carrying HCA-N from the DGXs carries
@@ -42,7 +44,14 @@ JSON-ready dict (see :func:`analyze`). Every step is linear in nodes + links.
   then nothing is reported as misaligned. A storage or management leaf is no
   rail: one named so, or one where most adapters belong to hosts with no
   adapter on another leaf (a rail leaf's hosts each spread over the rails).
-  Its adapters are left out of the rail checks.
+  Its adapters are left out of the rail checks, as is a named host with one
+  adapter (it has no rails to keep apart). An adapter off its rail whose
+  host is a UFM or management host (named so, or with fewer adapters than
+  the compute hosts and none on its rail's leaf) is listed, flagged, and
+  counted apart: it took a free leaf port and is no rail member.
+* **Rates per link.** Each kind of link is printed with every rate its
+  links run at, and the links at a minority rate by name, so a tier that
+  mixes generations does not read as one rate.
 """
 
 from __future__ import annotations
@@ -126,7 +135,10 @@ def _analyze(fabric: Fabric) -> dict[str, Any]:
             "degraded_links": len(degraded),
             "rail_optimised": rails["optimised"],
             "rail_aligned_share": rails["aligned_share"],
-            "misaligned_rails": len(rails["misaligned"]),
+            # compute hosts' adapters off their rail; a UFM or management
+            # host's are listed too, flagged, and counted apart
+            "misaligned_rails": sum(1 for m in rails["misaligned"] if not m["management"]),
+            "misaligned_management": sum(1 for m in rails["misaligned"] if m["management"]),
             "problems": len(found),
         },
         # the rate most cables of each kind run at: what the map shows per kind;
@@ -377,6 +389,12 @@ def _adapters(
             continue
         node_name, device = split_description(n.description)
         rail = device_rail(device) if role[n.guid] == "adapter" else None
+        # An adapter whose description names no host ("localhost mlx5_0",
+        # the vendor's default) still sits in a machine: its adapters share
+        # one system image GUID, which names that host until it is set.
+        host = node_name
+        if host is None and role[n.guid] == "adapter":
+            host = n.sysimgguid or n.guid
         ports = ports_of.get(n.guid, [])
         if len(ports) > 1:
             ports.sort(key=lambda p: p[0])
@@ -393,6 +411,9 @@ def _adapters(
                 "description": n.description,
                 "role": role[n.guid],
                 "node": node_name,
+                # the machine it is in: its node, or its system image GUID
+                "host": host,
+                "host_note": "node description not set" if host != node_name else None,
                 "device": device,
                 "device_number": device_number(device),
                 "rail": rail,
