@@ -283,7 +283,8 @@ def engine_refusal(n: NodeState, p: Profile) -> Refusal | None:
     ):
         return None
     has = f"has engines {engine_list(n)}" if v.engines else "has no engines"
-    status = f" ({v.engine_status})" if v.engine_status else ""
+    said = v.engine_status.get(p.engine, "")
+    status = f" ({said})" if said else ""
     return Reason.ENGINE, f"{v.name} {has}, needs {wanted}{status}"
 
 

@@ -121,18 +121,19 @@ def _islands(
     return tuple(frozenset(g) for g in sorted(groups.values(), key=min))
 
 
-def engine_view(engines: list[dict] | None) -> tuple[frozenset[str], str]:
+def engine_view(engines: list[dict] | None) -> tuple[frozenset[str], dict[str, str]]:
     """Installed engines as the scheduler names them, and the node's own
-    words about the first one that is not (yet) installed."""
-    installed, status = set(), ""
+    words about each engine that is not (yet) installed, by name."""
+    installed: set[str] = set()
+    status: dict[str, str] = {}
     for e in engines or []:
         if e.get("status") == "installed":
             # A build the agent installed is that version and no other; only
             # an engine reported without a version (agent.yaml names it) is
             # of unknown version, which the rules accept for any pin.
             installed.add(f"{e['name']}@{e['version']}" if e.get("version") else e["name"])
-        elif not status:
-            status = f"{e.get('status')}: {e.get('message') or ''}".strip()
+        elif e.get("name") not in status:
+            status[e.get("name", "")] = f"{e.get('status')}: {e.get('message') or ''}".strip()
     return frozenset(installed), status
 
 

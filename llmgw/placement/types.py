@@ -80,8 +80,10 @@ class NodeView:
     engines: frozenset[str] = frozenset()
     # False for an agent too old to report engines: it is not refused for them.
     engines_probed: bool = False
-    # The agent's own words while it converges, e.g. "installing: downloading ...".
-    engine_status: str = ""
+    # Engine name -> the agent's own words while it converges on it, e.g.
+    # {"llama.cpp": "installing: downloading ..."}: a refusal for one engine
+    # quotes that engine's words, never another's.
+    engine_status: Mapping[str, str] = field(default_factory=dict)
     # Multi-node NVLink domain (ClusterUUID/clique). The inventory sets it only
     # when every card is joined and IMEX is up; otherwise None.
     nvlink_domain: str | None = None

