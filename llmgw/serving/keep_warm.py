@@ -23,7 +23,7 @@ from typing import Any
 
 from django.db import connection, connections
 
-from llmgw.serving import warm
+from llmgw.serving import warm, warm_sql
 
 log = logging.getLogger("llmgw.placement")
 
@@ -37,7 +37,7 @@ def _keep(stop: threading.Event) -> None:
         return
     while True:
         try:
-            warm.FLEET.keep()
+            keep(warm.FLEET)
         except Exception:  # the database away: placement reads it when asked
             log.warning("warm fleet: could not look at the log; placement will", exc_info=True)
         finally:
@@ -69,3 +69,31 @@ async def lifespan(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 stop.set()
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+def keep(fleet: warm.WarmFleet) -> None:
+    """Keep the index warm from a thread of the process's own
+    (serving.keep_warm), outside any transaction, so that the first
+    placement or explain after a deploy does not read the fleet whole
+    while every other placer of the process waits.
+
+    Warm, it looks as a placement would, but a change of the whole fleet
+    (a fabric mapped, a hold, a budget) drops the index rather than
+    reading 5,000 nodes in the background. Cold, it reads the fleet
+    only once the log has shown no such change for a whole interval:
+    while a fleet joins, its fabrics are mapped again and again, and a
+    whole read at each look (7-11 s of CPU under load) starved the
+    joining nodes' heartbeats until they lapsed."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        return
+    with fleet.lock:
+        quiet = fleet.quiet_from
+        fleet.quiet_from = None
+        if fleet.inventory is None and quiet and not warm_sql.whole_change_since(quiet):
+            fleet.current()
+            return
+        if fleet.inventory is not None and fleet.current(whole=False) is not None:
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_current_snapshot()::text")
+            fleet.quiet_from = cursor.fetchone()[0]

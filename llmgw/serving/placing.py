@@ -17,7 +17,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, NamedTuple
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from llmgw.catalog.models import Model, Profile
@@ -28,7 +28,7 @@ from llmgw.placement.explaining import lines
 from llmgw.placement.scheduler import Inventory
 from llmgw.placement.snapshot import profile_view
 from llmgw.placement.types import Decision, Explanation, Placement, Rejection
-from llmgw.serving import desired, storing, warm
+from llmgw.serving import checked, desired, storing, warm
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import GpuClaim, PlacementRecord, Replica, Shard
 
@@ -68,42 +68,92 @@ class Held(NamedTuple):
     after: int
 
 
-def _place(names: list[str], hold: bool) -> list[tuple[Replica | None, Placement, Held]]:
-    """Each decision is applied to the warm index as it is made, so the
-    next one in the transaction is made on its claims; a transaction that
-    does not commit has the warm fleet read those nodes again.
+# A decision found changed under it is made again this many times at most.
+ATTEMPTS = 3
 
-    The transaction, and so a pooled connection, before the process's lock:
-    a thread holding the lock while it waits for a connection would keep
-    every thread that holds one waiting for the lock, until the pool's
-    timeout failed them all."""
+
+def _place(names: list[str], hold: bool) -> list[tuple[Replica | None, Placement, Held]]:
+    """Decided on the warm index, checked by the database before commit
+    (checked.py): a decision made on a node that changed since the look is
+    made again, on the node read again, a few times at most.
+
+    The index changes only with what commits. Placing on its own (no
+    caller's transaction around it), the process's lock is held through
+    the commit, and the decisions stay in the index; inside a caller's
+    transaction they are taken out again when this returns, and the log
+    reads their nodes once the caller commits; a failure takes them out
+    either way.
+
+    The connection before the process's lock: a thread holding the lock
+    while it waits for a pooled connection would keep every thread that
+    holds one waiting for the lock, until the pool's timeout failed them
+    all."""
+    why: list[str] = []
+    for _ in range(ATTEMPTS):
+        try:
+            return _place_once(names, hold)
+        except checked.Changed as changed:
+            why = changed.why
+    raise placement.PlacementError(
+        f"the fleet kept changing under placement ({ATTEMPTS} decisions made again): "
+        + "; ".join(why)
+    )
+
+
+def _place_once(names: list[str], hold: bool) -> list[tuple[Replica | None, Placement, Held]]:
+    fleet = warm.FLEET
+    alone = not connection.in_atomic_block
+    connection.ensure_connection()
     applied: list[Decision] = []
-    try:
-        with transaction.atomic(), warm.FLEET.lock:
-            # The catalog, and the locks taken in the same statement (_catalog).
-            catalogs = {name: _catalog(name, hold) for name in dict.fromkeys(names)}
-            counts = {name: model.always_running for name, (model, _) in catalogs.items()}
-            # Our transaction's id, assigned by the look, names the log rows
-            # these placements write: the warm fleet skips them once committed.
-            inventory = warm.FLEET.current(writing=True)
-            generation, xid = warm.FLEET.generation, warm.FLEET.own_xid
-            out: list[tuple[Replica | None, Placement, Held]] = []
-            nodes: list[int] = []
-            for name in names:
-                model, stored = catalogs[name]
-                replica, result, held, pks = _place_one(model, stored, inventory, hold)
-                if result.decision is not None:
-                    applied.append(result.decision)
-                    nodes += pks
-                held = held or Held(counts[name], counts[name])
-                counts[name] = held.after
-                out.append((replica, result, held))
-            if nodes:
-                desired.rebuild(nodes)
-            transaction.on_commit(partial(warm.FLEET.committed, applied, xid, generation))
-    except BaseException:
-        warm.FLEET.forget(applied)
-        raise
+    read: set[int] = set()
+    with fleet.lock:
+        try:
+            with transaction.atomic():
+                # The catalog, and the locks taken in the same statement (_catalog).
+                catalogs = {name: _catalog(name, hold) for name in dict.fromkeys(names)}
+                counts = {name: model.always_running for name, (model, _) in catalogs.items()}
+                # Our transaction's id, assigned by the look, names the log rows
+                # these placements write: the warm fleet skips them once committed.
+                inventory = fleet.current(writing=True)
+                if fleet.own or fleet.own_whole:
+                    # The caller's transaction changed nodes itself: its
+                    # decisions are made on the fleet as it sees it, alone.
+                    inventory, read = fleet.private(), set()
+                    shared = False
+                else:
+                    shared = True
+                xmax, xip, xid = fleet.xmax, list(fleet.xip), fleet.own_xid
+                out: list[tuple[Replica | None, Placement, Held]] = []
+                wants: dict[int, tuple[int, int]] = {}
+                for name in names:
+                    model, stored = catalogs[name]
+                    replica, result, held, pks = _place_one(model, stored, inventory, hold)
+                    if result.decision is not None:
+                        if shared:
+                            applied.append(result.decision)
+                        for pk, shard in zip(pks, result.decision.shards, strict=True):
+                            mem, cores = wants.get(pk, (0, 0))
+                            wants[pk] = (mem + shard.memory_bytes, cores + shard.cpu_cores)
+                    held = held or Held(counts[name], counts[name])
+                    counts[name] = held.after
+                    out.append((replica, result, held))
+                if wants:
+                    desired.rebuild(list(wants))
+                if wants and connection.vendor == "postgresql":
+                    # (SQLite, one process, reads the fleet whole each time.)
+                    names_by_pk = {pk: name for name, pk in fleet.pk_by_name.items()}
+                    checked.check(wants, names_by_pk, xmax, xip, warm.WarmFleet._deadline)
+        except checked.Changed as changed:
+            fleet.restore(applied, read)
+            fleet.read_again(changed.nodes)
+            raise
+        except BaseException:
+            fleet.restore(applied, read)
+            raise
+        if alone:
+            fleet.committed(applied, xid)
+        else:
+            fleet.restore(applied, read)
     return out
 
 
@@ -123,7 +173,18 @@ def _place_one(
     if decision is None:
         _record(model, None, data)
         return None, result, None, []
-    replica, held, nodes = _store(model, stored, decision, data, hold)
+    try:
+        replica, held, nodes = _store(model, stored, decision, data, hold)
+    except IntegrityError as refused:
+        # The unique claim, the backstop for cards: one was claimed since
+        # the look (the transaction is rolled back by the caller's atomic).
+        if "one_claim_per_gpu" not in str(refused):
+            raise
+        known = warm.FLEET.pk_by_name
+        raise checked.Changed(
+            {known[n] for n in decision.nodes if n in known},
+            [f"a card placement chose on {', '.join(decision.nodes)} was claimed since it looked"],
+        ) from refused
     # Only once its rows are stored: the caller counts it among the
     # decisions to forget if the transaction then fails.
     inventory.apply(decision)
@@ -226,8 +287,9 @@ def _store(
     model: Model, stored: list[Profile], decision: Decision, data: dict[str, Any], hold: bool
 ) -> tuple[Replica, Held | None, list[int]]:
     """The decision's rows: the replica, always_running before and after
-    it is raised to the replicas that now run (with `hold`), and the nodes
-    it claims on, whose desired state the caller rebuilds."""
+    it is raised to the replicas that now run (with `hold`), and the node
+    of each shard, in the shards' order (the caller rebuilds their desired
+    state and checks them)."""
     profiles = {p.name: p for p in stored}
     replica = Replica(
         model=model,
@@ -251,10 +313,11 @@ def _store(
         )
         for rank, s in enumerate(decision.shards)
     ]
+    pks = [nodes[s.node] for s in decision.shards]
     if connection.vendor == "postgresql":
         record = PlacementRecord(model=model, placed=True, explanation=data)
         counts = storing.store(replica, shards, record, hold)
-        return replica, Held(*counts) if counts else None, list(nodes.values())
+        return replica, Held(*counts) if counts else None, pks
     replica.save()
     _record(model, replica, data)
     # One INSERT for the shards and one for all their claims.
@@ -264,7 +327,7 @@ def _store(
         for shard, s in zip(shards, decision.shards, strict=True)
         for i in s.gpu_indices
     )
-    return replica, _hold(model.pk) if hold else None, list(nodes.values())
+    return replica, _hold(model.pk) if hold else None, pks
 
 
 def _hold(model_pk: int) -> Held:

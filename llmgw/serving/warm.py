@@ -1,41 +1,37 @@
 """Each process's warm copy of the fleet as placement sees it.
 
 Reading the whole fleet and indexing it costs tens of milliseconds at 5,000
-nodes, and the reconciler and the place API did both on every decision. A
-process keeps the node views and the scheduler's index instead, and before
-each use asks the database which nodes changed since it last looked: one
-indexed query on the log that PostgreSQL's triggers write
-(migrations/0006_node_changes.py) for every change of capacity, claims,
-cordons, labels, engines, ports and weights, whichever process or app made
-it. Only those nodes are read again.
+nodes. A process keeps the node views and the scheduler's index instead,
+and before each use asks the database which nodes changed since it last
+looked: one indexed query on the log that PostgreSQL's triggers write
+(migrations/0006_node_changes.py) for every change placement reads,
+whichever process or app made it. Only those nodes are read again
+(Inventory.replace); a node that joined, left, moved in the facility tree
+or changed the weights it holds re-indexes the fleet from the views in
+memory. Staleness needs no write: each Ready node's deadline is kept, and
+at a deadline only a node that has not beaten since is read again.
 
 Why a log with transaction ids rather than a counter: a counter bumped in
 every such transaction would serialise the fleet's heartbeats on one row,
-and a plain sequence is assigned before commit, so a transaction that
-commits after a younger one would be missed for good. Each log row carries
-its transaction's id, and a look reads the rows of every transaction that
-had not committed at the previous look (at or above that snapshot's xmax,
-or in progress then): one that commits late is still read, and each row
-is read once, through the index, however long some other transaction runs.
+and a sequence is assigned before commit, so a transaction that commits
+after a younger one would be missed for good. A look reads the rows of
+every transaction that had not committed at the previous look (at or
+above that snapshot's xmax, or in progress then).
 
-A process's own placements are applied to its index in memory as they
-are made, under the lock (their log rows are skipped once they commit;
-their nodes are read again if they roll back), so a worker placing in a
-loop re-indexes nothing, and several placements in one transaction are
-each made on the claims of those before. Any other change (another process's placement, a
-release, a cordon, a card gone bad) reads the changed nodes again and
-re-indexes only them (Inventory.replace); a node that joined, left, moved
-in the facility tree or changed the weights it holds re-indexes the fleet
-from the views in memory. Staleness needs no write:
-each Ready node's deadline (last heartbeat + the missed-heartbeat grace) is
-kept; at a deadline the node's last heartbeat is looked up, and only a
-node that has not beaten since is read again.
-
-Two workers placing at once still never hand out one GPU twice: the warm
-index is only read under placement's advisory lock, after the check, in
-the transaction that writes the claims (serving.placing), and the unique
-(node, index) claim refuses what slipped past anyway. SQLite (the embedded
-default, one process) has no log: there the fleet is read whole each time.
+The index holds what is committed, nothing else. A process's own
+placements stay in it only once their transaction has committed
+(serving.placing holds the process's lock through that commit, so no look
+comes between; their log rows are skipped then); made inside a caller's
+transaction, they are taken out again when the placing call returns, and
+the log reads their nodes once the caller commits: a caller that rolls
+back leaves nothing behind. Rows a transaction wrote itself are never
+read into the shared index from inside it. A read that fails drops the
+index whole: the log's cursor moves only with a look that succeeded. And
+the database has the last word: each decision is checked against its
+nodes' rows, locked, before it commits (serving.checked); the unique
+(node, index) claim refuses a card handed out twice. A stale index makes a
+placement slower, never wrong. SQLite (the embedded default, one process)
+has no log: there the fleet is read whole each time.
 """
 
 from __future__ import annotations
@@ -45,16 +41,16 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Literal, overload
 
-from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
 from llmgw.database import prepared
+from llmgw.inventory import readiness
 from llmgw.inventory.models import Node
-from llmgw.placement.scheduler import Inventory
+from llmgw.placement.scheduler import Inventory, apply_to_views
 from llmgw.placement.snapshot import node_views
 from llmgw.placement.types import READY, Decision, NodeView
 from llmgw.serving import warm_sql
@@ -89,24 +85,26 @@ class WarmFleet:
         # The last look's snapshot: its xmax and the transactions in progress.
         self.xmax = "0"
         self.xip: list[str] = []
-        # Log rows already read that a look can return again (this
-        # transaction's own), by id -> transaction.
-        self.seen: dict[int, str] = {}
         # The transactions of our committed decisions, applied in memory:
         # their rows come back at the next look, and are skipped then.
         self.skip: set[str] = set()
         # This transaction's id, when the last look was made to write.
         self.own_xid: str | None = None
+        # Nodes the looking transaction changed itself (its own log rows,
+        # not yet committed), and whether it changed the whole fleet: never
+        # read into the index from inside it.
+        self.own: set[int] = set()
+        self.own_whole = False
+        # Their views as read from inside it (private), by name.
+        self.own_views: dict[str, NodeView] = {}
         # (deadline, node) for each node Ready by its last heartbeat.
         self.deadlines: list[tuple[datetime, int]] = []
         self.deadline_of: dict[int, datetime] = {}
         # Nodes past their deadline whose row still says Ready: a heartbeat
         # brings them back without a logged change.
         self.lapsed: set[int] = set()
-        # Nodes our own decisions changed in the index; their views are old.
-        self.dirty: set[int] = set()
-        # Nodes our own decisions changed in the index whose transaction
-        # rolled back: read again at the next look.
+        # Nodes to read again at the next look: read from inside a writing
+        # transaction, or found changed by a decision's check.
         self.stale: set[int] = set()
         self.pk_by_name: dict[str, int] = {}
         # Bumped at every look at the log: a decision made before one is
@@ -160,6 +158,16 @@ class WarmFleet:
                 )
 
     def _current(self, writing: bool, whole: bool) -> Inventory | None:
+        try:
+            return self._look(writing, whole)
+        except BaseException:
+            # A read that failed (a statement timeout, the connection gone)
+            # may have moved the cursor past rows it never read: the index
+            # is dropped whole, and the next look reads the fleet again.
+            self.reset()
+            raise
+
+    def _look(self, writing: bool, whole: bool) -> Inventory | None:
         now = time.monotonic()
         if now - self.pruned_at > PRUNE_EVERY_S:
             self.pruned_at = now
@@ -185,6 +193,23 @@ class WarmFleet:
             self._reload(changed)
         return self._inventory()
 
+    def private(self) -> Inventory:
+        """The fleet as the looking transaction sees it, its own uncommitted
+        changes included, for its decisions alone: a copy of the index with
+        the nodes it changed read from inside it (the whole fleet, where it
+        changed the whole fleet or a node's place in it)."""
+        if not self.own_whole and self.inventory is not None:
+            views = self._read(self.own)
+            if all(v is not None and pk in self.views for pk, v in views.items()):
+                self.own_views = {v.name: v for v in views.values() if v is not None}
+                try:
+                    return self.inventory.replaced(self.own_views.values())
+                except ValueError:
+                    pass  # its labels or weights changed
+        whole = node_views()
+        self.own_views = {v.name: v for v in whole}
+        return Inventory(whole)
+
     def look(self) -> None:
         """Bring the index up to date now, outside any transaction, so that
         the look placement makes under its locks reads only what changed
@@ -198,71 +223,50 @@ class WarmFleet:
         with self.lock:
             self.current()
 
-    def keep(self) -> None:
-        """Keep the index warm from a thread of the process's own
-        (serving.keep_warm), outside any transaction, so that the first
-        placement or explain after a deploy does not read the fleet whole
-        while every other placer of the process waits.
-
-        Warm, it looks as a placement would, but a change of the whole fleet
-        (a fabric mapped, a hold, a budget) drops the index rather than
-        reading 5,000 nodes in the background. Cold, it reads the fleet
-        only once the log has shown no such change for a whole interval:
-        while a fleet joins, its fabrics are mapped again and again, and a
-        whole read at each look (7-11 s of CPU under load) starved the
-        joining nodes' heartbeats until they lapsed."""
-        if connection.vendor != "postgresql" or connection.in_atomic_block:
-            return
-        with self.lock:
-            quiet = self.quiet_from
-            self.quiet_from = None
-            if self.inventory is None and quiet and not self._whole_change_since(quiet):
-                self.current()
-                return
-            if self.inventory is not None and self.current(whole=False) is not None:
-                return
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_current_snapshot()::text")
-                self.quiet_from = cursor.fetchone()[0]
-
-    @staticmethod
-    def _whole_change_since(snapshot: str) -> bool:
-        """Whether a change of the whole fleet was logged by a transaction
-        that had not committed at `snapshot`."""
-        _, xmax, xip = snapshot.split(":")
-        with connection.cursor() as cursor:
-            cursor.execute(warm_sql.WHOLE_SINCE, [xmax, xip.split(",") if xip else []])
-            return bool(cursor.fetchone()[0])
-
     def _inventory(self) -> Inventory:
         assert self.inventory is not None
         return self.inventory
 
     def exact(self) -> Inventory:
-        """The index as the database has it now, the nodes our own decisions
-        changed in memory read again: what explain judges on, in the words a
-        fresh index would use. The caller holds `lock`."""
+        """The index as the database has it now: what explain judges on.
+        The caller holds `lock`."""
         if connection.vendor != "postgresql":
             return Inventory(node_views())
-        self.current()
-        if self.dirty:
-            self._reload(set(), exact=True)
-        return self._inventory()
+        inventory = self.current()
+        # Inside a transaction that changed nodes itself, as it sees them.
+        return self.private() if self.own or self.own_whole else inventory
 
     def views_of(self, names: Iterable[str]) -> list[NodeView]:
         """These nodes' views as last read (after exact(): as stored now)."""
         if connection.vendor != "postgresql":
             wanted = set(names)
             return [v for v in node_views() if v.name in wanted]
-        return [self.views[self.pk_by_name[n]] for n in names if n in self.pk_by_name]
+        return [
+            self.own_views.get(n) or self.views[self.pk_by_name[n]]
+            for n in names
+            if n in self.pk_by_name or n in self.own_views
+        ]
 
     def _start(self, writing: bool) -> None:
         assign = "pg_current_xact_id()" if writing else "pg_current_xact_id_if_assigned()"
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT pg_current_snapshot()::text, {assign}::text")
-            self._snapshot(*cursor.fetchone())
-        self.seen, self.skip = {}, set()
+            cursor.execute(warm_sql.START.format(assign=assign))
+            text, own, mine = cursor.fetchone()
+        self._snapshot(text, own)
+        self.skip = set()
+        self._own(mine or [])
         self._load_all()
+        # Read from inside the transaction that changed them: read again
+        # once it has ended.
+        self.stale |= self.own
+
+    def _own(self, nodes: Iterable[int | None]) -> None:
+        self.own, self.own_whole, self.own_views = set(), False, {}
+        for pk in nodes:
+            if pk is None:
+                self.own_whole = True
+            else:
+                self.own.add(pk)
 
     def _snapshot(self, text: str, own: str | None) -> None:
         _, self.xmax, xip = text.split(":")
@@ -281,32 +285,34 @@ class WarmFleet:
         snapshot, own = rows[0][0], rows[0][1]
         changed: set[int] = set()
         everything = False
-        returned: set[int] = set()
+        mine: list[int | None] = []
         for _, _, row_id, node_id, xid in rows:
             if row_id is None:
                 continue
-            returned.add(row_id)
-            if row_id in self.seen or xid in self.skip:
+            if xid == own:
+                # This transaction's own, uncommitted: they come back at
+                # every look from inside it, and once more after it commits.
+                mine.append(node_id)
+            elif xid in self.skip:
                 continue
-            if node_id is None:
+            elif node_id is None:
                 everything = True
             else:
                 changed.add(node_id)
-        # This transaction's rows come back at every look; our decisions'
-        # come back once, at the first look after they committed.
-        self.seen = {
-            **{r[2]: r[4] for r in rows if r[2] is not None and r[4] == own},
-            **{i: x for i, x in self.seen.items() if i not in returned},
-        }
         # Committed before this look's snapshot: never returned again.
         self.skip = set()
         self._snapshot(snapshot, own)
+        self._own(mine)
         changed |= self._lapsed() | self.stale
         self.stale = set()
         if self.capped and time.monotonic() - self.power_read_at > POWER_EVERY_S:
             self.power_read_at = time.monotonic()
             changed |= self.capped
-        return changed, everything
+        # A node this transaction changed is not read into the index from
+        # inside it (its changes may still roll back): it is read at the
+        # first look from outside.
+        self.stale |= changed & self.own
+        return changed - self.own, everything
 
     def _lapsed(self) -> set[int]:
         """Nodes whose readiness the clock changed since the last look."""
@@ -352,10 +358,10 @@ class WarmFleet:
 
     @staticmethod
     def _deadline(state: str, at: datetime | None, every: int, now: datetime) -> datetime | None:
-        if state != READY or at is None:
-            return None
-        deadline = at + timedelta(seconds=every * settings.MISSED_HEARTBEATS_NOT_READY)
-        return deadline if deadline >= now else None
+        # The one rule (llmgw.inventory.readiness), with the record of
+        # hearing this process last read: a deadline here is only when to
+        # look again, and a node that lapses is read again, record and all.
+        return readiness.deadline(state, at, every, now, readiness.last_known())
 
     def _follow(self, pks: Iterable[int] | None) -> None:
         """Note the readiness deadlines of these nodes (all when None)."""
@@ -377,18 +383,15 @@ class WarmFleet:
         views = node_views()
         self.views = {self.pk_by_name[v.name]: v for v in views}
         self.order = [self.pk_by_name[v.name] for v in views]
-        self.deadlines, self.deadline_of, self.lapsed, self.dirty = [], {}, set(), set()
-        self.stale = set()
+        self.deadlines, self.deadline_of, self.lapsed = [], {}, set()
         self._follow(None)
         self._index()
 
-    def _reload(self, changed: set[int], exact: bool = False) -> None:
+    def _reload(self, pks: set[int]) -> None:
         """Read these nodes again and re-index only them (Inventory.replace),
         unless one joined, was removed or renamed, or changed where it sits
         or what weights it holds: then the fleet is indexed again from the
-        views in memory. `exact`: also the nodes our own decisions changed
-        in memory."""
-        pks = changed | self.dirty if exact else set(changed)
+        views in memory."""
         views = self._read(pks)
         # A node joined or was renamed: its place in node order is new. It is
         # read alone, not the fleet with it: a fleet joining at 5,000 nodes
@@ -407,12 +410,6 @@ class WarmFleet:
                 for pk, v in views.items()
             )
         )
-        if not replaceable and self.dirty - pks:
-            # Indexed again from the views, which for the nodes our own
-            # decisions changed in memory are older than those decisions.
-            extra = self.dirty - pks
-            views.update(self._read(extra))
-            pks |= extra
         for pk, view in views.items():
             if view is None:
                 self.views.pop(pk, None)
@@ -432,12 +429,10 @@ class WarmFleet:
         self.lapsed -= pks
         self._follow(pks)
         self.reads += len(pks)
-        self.dirty -= pks
         if replaceable and self.inventory is not None:
             self.inventory.replace(v for v in views.values() if v is not None)
             self.replaced += len(pks)
         else:
-            self.dirty = set()
             self._index()
 
     @staticmethod
@@ -454,29 +449,41 @@ class WarmFleet:
 
     # -- our own decisions ---------------------------------------------------
 
-    def committed(self, decisions: list[Decision], xid: str | None, generation: int) -> None:
-        """Our decisions committed. They were applied to the index as they
-        were made (serving.placing, under `lock`); their nodes' views are
-        now old (`dirty`), and the log rows their transaction `xid` wrote
-        (current(writing=True) named it) are skipped. If the index was
-        looked at since (`generation` moved: another thread of this
-        process), the rows are read like any other change: that look may
-        have read those nodes, or the fleet, before the commit."""
-        with self.lock:
-            if self.inventory is None:
-                return
-            self.dirty |= self._nodes_of(decisions)
-            if xid is not None and generation == self.generation:
-                self.skip.add(xid)
+    def committed(self, decisions: list[Decision], xid: str | None) -> None:
+        """Our decisions committed, with no look since they were applied to
+        the index (serving.placing holds `lock` from its look through its
+        commit): their nodes' views now read as the decisions left them,
+        and the log rows their transaction `xid` wrote are skipped."""
+        for d in decisions:
+            pks = self._nodes_of([d])
+            after = apply_to_views([self.views[pk] for pk in pks], d)
+            for pk, view in zip(pks, after, strict=True):
+                self.views[pk] = view
+        if xid is not None:
+            self.skip.add(xid)
 
-    def forget(self, decisions: list[Decision]) -> None:
-        """Decisions applied to the index whose transaction did not commit:
-        their nodes are read again at the next look."""
-        with self.lock:
-            self.stale |= self._nodes_of(decisions)
+    def restore(self, decisions: list[Decision], read: Iterable[int] = ()) -> None:
+        """Take out of the index what never committed (or has yet to): the
+        decisions applied to it, and the nodes `read` from inside a writing
+        transaction. They read as last read outside it, and those read
+        inside are read again at the next look."""
+        if self.inventory is None:
+            return
+        pks = set(self._nodes_of(decisions)) | set(read)
+        self.stale |= set(read)
+        try:
+            self.inventory.replace(self.views[pk] for pk in pks if pk in self.views)
+        except ValueError:
+            # A node's labels or weights changed inside the transaction:
+            # the index cannot be mended node by node.
+            self.reset()
 
-    def _nodes_of(self, decisions: list[Decision]) -> set[int]:
-        return {self.pk_by_name[n] for d in decisions for n in d.nodes if n in self.pk_by_name}
+    def read_again(self, pks: set[int]) -> None:
+        """Nodes found changed by a decision's check: read at the next look."""
+        self.stale |= pks
+
+    def _nodes_of(self, decisions: list[Decision]) -> list[int]:
+        return [self.pk_by_name[n] for d in decisions for n in d.nodes if n in self.pk_by_name]
 
 
 FLEET = WarmFleet()

@@ -1,6 +1,8 @@
 """The statements the warm fleet (warm.py) runs on the log of node
 changes that PostgreSQL's triggers write (migrations/0006_node_changes.py)."""
 
+from django.db import connection
+
 # The rows whose transactions had not committed when we last looked (at
 # or above that snapshot's xmax, or in progress then), and this
 # transaction's own: its rows read the same before and after it writes.
@@ -13,6 +15,15 @@ SELECT pg_current_snapshot()::text,
 FROM (SELECT 1) AS one
 LEFT JOIN serving_nodechange c
   ON c.xid >= %s::xid8 OR c.xid = ANY(%s::xid8[]) OR c.xid = pg_current_xact_id_if_assigned()
+"""
+
+
+# A cold look: the snapshot, and the nodes this transaction changed itself
+# (a NULL: the whole fleet), which a whole read from inside it sees as no
+# other transaction does.
+START = """
+SELECT pg_current_snapshot()::text, {assign}::text,
+       ARRAY(SELECT node_id FROM serving_nodechange WHERE xid = pg_current_xact_id_if_assigned())
 """
 
 
@@ -42,3 +53,12 @@ UPDATE serving_nodechange_mark
 SET xmin_mark = pg_snapshot_xmin(pg_current_snapshot()), marked_at = now()
 WHERE id = 1 AND EXISTS (SELECT 1 FROM mark)
 """
+
+
+def whole_change_since(snapshot: str) -> bool:
+    """Whether a change of the whole fleet was logged by a transaction
+    that had not committed at `snapshot`."""
+    _, xmax, xip = snapshot.split(":")
+    with connection.cursor() as cursor:
+        cursor.execute(WHOLE_SINCE, [xmax, xip.split(",") if xip else []])
+        return bool(cursor.fetchone()[0])

@@ -170,15 +170,19 @@ def test_under_load_scales_up_after_staying_loaded_and_back_after_idle(node, mon
     assert Replica.objects.count() == 2  # never below always_running
 
 
+# Committed as production commits it: inside a transaction that changed
+# the nodes itself, placement reads them again from inside it, alone.
+@pytest.mark.django_db(transaction=True)
 def test_a_replica_placed_by_hand_is_held_not_taken_back(node, api, django_assert_num_queries):
     # Nothing held: the reconciler keeps no replica of its own.
     api.patch("/api/v1/models/tiny", {"always_running": 0, "under_load": 0}, format="json")
     # A cold warm fleet and engine catalog (each test starts with neither):
-    # the fleet read whole, the catalog's versions and rows, and the
-    # decision stored; the answer says where and judges no node.
-    # The model row is locked with placement's lock and the count raised
-    # in the statement that stores the replica (placing.place_held).
-    with django_assert_num_queries(24):
+    # the fleet read whole before the transaction, the catalog's versions
+    # and rows, the decision stored and checked against its locked node;
+    # the answer says where and judges no node. The model row is locked
+    # with placement's lock and the count raised in the statement that
+    # stores the replica (placing.place_held).
+    with django_assert_num_queries(27):
         placed = api.post("/api/v1/models/tiny/place")
     assert placed.status_code == 201, placed.json()
     body = placed.json()

@@ -25,7 +25,7 @@ from llmgw.catalog.models import Model
 from llmgw.inventory import services as inventory
 from llmgw.inventory.models import Gpu, Node
 from llmgw.placement.snapshot import node_views
-from llmgw.serving import desired, placing, warm
+from llmgw.serving import desired, keep_warm, placing, warm
 from llmgw.serving import services as serving
 from llmgw.serving.models import GpuClaim, Replica, Shard
 from tests.inventory.test_gpus import H100, join_with_gpus
@@ -283,12 +283,13 @@ def test_own_placements_are_applied_in_memory_and_never_hand_out_a_card_twice(dg
     assert GpuClaim.objects.filter(node__name="dgx-1").count() == 8
 
 
-def test_a_placement_on_the_warm_fleet_is_seven_round_trips(dgx, django_assert_num_queries):
+def test_a_placement_on_the_warm_fleet_is_eight_round_trips(dgx, django_assert_num_queries):
     placing.place_replica("one")
     # BEGIN, the model with its profiles taking the lock, the look at the
     # log, one statement for replica, shard, claims and record, the node's
-    # shards with the engines' versions, the node's desired state, COMMIT.
-    with django_assert_num_queries(7):
+    # shards with the engines' versions, the node's desired state, the
+    # check of the locked node against the look (serving.checked), COMMIT.
+    with django_assert_num_queries(8):
         replica, _ = placing.place_replica("one")
     assert replica is not None
     node = Node.objects.get(name="dgx-1")
@@ -319,8 +320,7 @@ def test_a_joining_node_is_read_alone_and_own_decisions_are_kept(dgx, make_node,
     # again each time it looked. The new node alone is read; indexed again
     # from memory, the card our own placement claimed is still claimed.
     assert placing.place_replica("one")[0] is not None
-    loads, dirty = warm.FLEET.loads, set(warm.FLEET.dirty)
-    assert dirty, "our own placement was applied in memory"
+    loads = warm.FLEET.loads
     for name in ("cpu-2", "cpu-0"):
         _, credential = make_node(name)
         agent = agent_client(credential)
@@ -498,19 +498,19 @@ def test_kept_warm_a_change_of_the_whole_fleet_waits_for_a_quiet_interval(dgx):
         FabricMap.objects.update(taken_at=timezone.now(), analysis={"nodes": {}})
 
     loads = warm.FLEET.loads
-    warm.FLEET.keep()
+    keep_warm.keep(warm.FLEET)
     assert warm.FLEET.inventory is not None and warm.FLEET.loads == loads
     elsewhere(made)
-    warm.FLEET.keep()
+    keep_warm.keep(warm.FLEET)
     assert warm.FLEET.inventory is None and warm.FLEET.loads == loads
     elsewhere(mapped)
-    warm.FLEET.keep()  # mapped again within the interval: still not read
+    keep_warm.keep(warm.FLEET)  # mapped again within the interval: still not read
     assert warm.FLEET.inventory is None and warm.FLEET.loads == loads
-    warm.FLEET.keep()  # a quiet interval
+    keep_warm.keep(warm.FLEET)  # a quiet interval
     assert warm.FLEET.inventory is not None and warm.FLEET.loads == loads + 1
     # Node changes are read as they come, the fleet not read whole again.
     inventory.cordon("dgx-1", "swapping a card", "ops")
-    warm.FLEET.keep()
+    keep_warm.keep(warm.FLEET)
     assert warm.FLEET.loads == loads + 1
     assert placing.dry_run("one").decision is None
     assert warm.FLEET.loads == loads + 1
