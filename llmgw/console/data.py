@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET
 
 from llmgw.accounts import roles
 from llmgw.fabrics.models import Port
-from llmgw.inventory import services
+from llmgw.inventory import gpu_health, services
 from llmgw.inventory.api.serializers import NodeSerializer
 from llmgw.inventory.cards import card_views
 from llmgw.inventory.models import Node
@@ -108,6 +108,8 @@ def _gpu_rows(node: Node) -> list[dict[str, Any]]:
             "healthy": c.healthy,
             "unhealthy_reason": c.unhealthy_reason,
             **{k: getattr(c, k) for k in GPU_WEAR_FIELDS},
+            # Worked out in one place for the node page and the GPU map alike.
+            "wear": gpu_health.wear(c),
             "domain": c.nvlink_domain,
             "nvlink_problem": c.nvlink_problem,
             "sample": samples.get(c.index),

@@ -28,6 +28,7 @@ __all__ = [
     "domain_of",
     "hardware_xids",
     "unhealthy_reason",
+    "wear",
 ]
 
 ZERO_UUIDS = {"", "00000000-0000-0000-0000-000000000000"}
@@ -113,3 +114,53 @@ def card_state(gpu: Any) -> dict[str, Any]:
         "nvlink_problem": card_problem(gpu.fabric) if domain else "",
         "nvlink_degraded": degraded(gpu.fabric),
     }
+
+
+# PCIe replays past which a card shows wear. A replay is the link resending a
+# packet it got wrong: a few over a card's life are the link doing its job,
+# and the simulated fleet reports up to 40; hundreds point at a riser, slot or
+# cable going bad. Every surface asks wear() below, so none shows "2 PCIe
+# replays" as wear while another counts the same card as well.
+PCIE_REPLAYS_WORN = 100
+
+
+def _nvlink_errors(links: Any) -> int:
+    return sum(
+        int(v)
+        for link in links or []
+        if isinstance(link, dict)
+        for k, v in link.items()
+        if k != "link" and isinstance(v, int | float)
+    )
+
+
+def wear(gpu: Any) -> dict[str, Any]:
+    """How worn a card looks, and why in words: level 0 none, 1 some, 2 worn.
+    For the console's node page and GPU map alike, from the row as stored."""
+    why: list[str] = []
+    level = 0
+    xids = sorted((gpu.xids or {}).keys(), key=lambda code: (len(str(code)), str(code)))
+    if xids:
+        why.append(f"XID {', '.join(str(x) for x in xids)}")
+        level = 2
+    rows = gpu.remapped_rows or {}
+    if rows.get("uncorrectable") or rows.get("pending") or rows.get("failed"):
+        flags = (", pending" if rows.get("pending") else "") + (
+            ", failed" if rows.get("failed") else ""
+        )
+        why.append(f"remapped rows: {rows.get('uncorrectable') or 0} uncorrectable{flags}")
+        level = 2
+    if rows.get("correctable"):
+        why.append(f"{rows['correctable']} corrected rows")
+        level = max(level, 1)
+    if (gpu.pcie_replays or 0) > PCIE_REPLAYS_WORN:
+        why.append(f"{gpu.pcie_replays} PCIe replays")
+        level = max(level, 1)
+    nvlink = _nvlink_errors(gpu.nvlink_errors)
+    if nvlink:
+        why.append(f"{nvlink} NVLink errors")
+        level = max(level, 1)
+    if gpu.ecc_uncorrected:
+        why.append(f"{gpu.ecc_uncorrected} uncorrected ECC")
+        level = 2
+    return {"level": level, "why": why}

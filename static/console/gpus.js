@@ -5,26 +5,9 @@
   const { el, fmt } = LG;
   const map = document.getElementById("map");
 
-  function nvlinkErrors(g) {
-    return (g.nvlink_errors || []).reduce((n, l) =>
-      n + Object.entries(l).filter(([k]) => k !== "link").reduce((m, [, v]) => m + (Number(v) || 0), 0), 0);
-  }
-
-  // Why a card looks worn, in words, and how worn: 0 none, 1 some, 2 worn.
-  function wear(g) {
-    const why = [];
-    let level = 0;
-    const xids = Object.keys(g.xids || {});
-    if (xids.length) { why.push(`XID ${xids.join(", ")}`); level = 2; }
-    const rr = g.remapped_rows || {};
-    if (rr.uncorrectable || rr.pending || rr.failed) { why.push(`remapped rows: ${rr.uncorrectable || 0} uncorrectable${rr.pending ? ", pending" : ""}${rr.failed ? ", failed" : ""}`); level = 2; }
-    if (rr.correctable) { why.push(`${rr.correctable} corrected rows`); level = Math.max(level, 1); }
-    if (g.pcie_replays > 100) { why.push(`${g.pcie_replays} PCIe replays`); level = Math.max(level, 1); }
-    const nv = nvlinkErrors(g);
-    if (nv) { why.push(`${nv} NVLink errors`); level = Math.max(level, 1); }
-    if (g.ecc_uncorrected) { why.push(`${g.ecc_uncorrected} uncorrected ECC`); level = 2; }
-    return { level, why };
-  }
+  // Why a card looks worn, in words, and how worn (0 none, 1 some, 2 worn):
+  // worked out on the server (gpu_health.wear), which the node page shows too.
+  function wear(g) { return g.wear; }
 
   function tile(node, g) {
     const w = wear(g);

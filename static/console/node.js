@@ -50,12 +50,8 @@
   function gpuCard(g) {
     const s = g.sample || {};
     const memPct = known(s.memory_used_bytes) && g.memory_total_bytes ? (100 * s.memory_used_bytes) / g.memory_total_bytes : null;
-    const wear = [];
-    if (g.xids && Object.keys(g.xids).length) wear.push(`XIDs ${Object.keys(g.xids).join(", ")}`);
-    const rr = g.remapped_rows || {};
-    if (rr.uncorrectable || rr.correctable) wear.push(`remapped rows ${rr.correctable || 0}/${rr.uncorrectable || 0}`);
-    if (rr.pending || rr.failed) wear.push("row remap pending or failed");
-    if (g.pcie_replays) wear.push(`${g.pcie_replays} PCIe replays`);
+    // The server's words (gpu_health.wear): the GPU map shows the same.
+    const wear = g.wear.why;
     const card = el("div", { class: `gpu-card ${g.healthy ? "" : "unhealthy"}`, "data-gpu": g.index }, [
       el("h4", {}, [`GPU ${g.index} `, el("small", {}, `${fmt.dash(g.gpu_class)} · ${fmt.dash(g.pci_bus_id)}`)]),
       el("div", { class: "kv" }, [el("span", {}, "util"), meter(s.utilization_percent)]),
