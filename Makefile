@@ -66,6 +66,9 @@ test: lint typecheck rules pytest
 test-reliability: venv-test services
 	LLMGW_RELIABILITY=full DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest tests/reliability $(PYTEST_ARGS)
 
+# Every bench-* takes BENCH_ARGS=--short: seconds, not minutes, that only
+# check the benchmark still measures (it exits non-zero on errors or when
+# nothing was measured); make test runs each so (tests/bench/test_short_forms.py).
 BENCH_DB ?= postgres://postgres@127.0.0.1:5432/llmgw_bench
 bench-heartbeat: venv-test services
 	psql -h 127.0.0.1 -U postgres -tc "SELECT 1 FROM pg_database WHERE datname = 'llmgw_bench'" | grep -q 1 \
@@ -100,7 +103,7 @@ bench-whatif: venv-test
 	$(BIN)/python bench/whatif.py $(BENCH_ARGS)
 
 bench-fabric: venv-test
-	$(BIN)/python bench/fabric.py
+	$(BIN)/python bench/fabric.py $(BENCH_ARGS)
 
 # What operators read at 5,000 nodes, on a database of its own (the
 # benchmarks empty its fleet and catalog first).
@@ -112,7 +115,7 @@ surfaces-db: services
 # The fabric map in Debian's Chromium (services installs it): first drawing and
 # panning; then the cluster page's first paint at 5,000 nodes.
 bench-console: venv-test services surfaces-db
-	CLUSTER_DATABASE_URL=$(SURFACES_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/console.py
+	CLUSTER_DATABASE_URL=$(SURFACES_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/console.py $(BENCH_ARGS)
 
 # llmgw ctl nodes, status and explain at 5,000 nodes, each beside its target.
 bench-ctl: venv-test services surfaces-db

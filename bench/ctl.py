@@ -11,6 +11,10 @@ and doing nothing (`python -c pass`, the floor of any Python command) and
 the same HTTP requests made from this process (what the server takes).
 Targets: `ctl nodes` under 2 s, `ctl status` and `ctl explain` under 1 s.
 The machine may be shared: the figures are only as quiet as it is.
+
+`--short` (50 nodes, one run of each) is for the tests: it measures nothing
+worth quoting, only that every command still answers. A command that
+fails, or prints nothing, ends either form with a non-zero status.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import big_fleet  # noqa: E402
 
+from bench.figures import report_unmeasured  # noqa: E402
 from tests.servers import start_uvicorn  # noqa: E402
 
 NODES = 5000
@@ -74,11 +79,13 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
 def main() -> int:
     import httpx
 
-    # --nodes N: a smoke run on a small fleet.
-    nodes = int(sys.argv[2]) if sys.argv[1:2] == ["--nodes"] else NODES
+    # --nodes N: a smoke run on a small fleet; --short: the tests' run.
+    short = sys.argv[1:2] == ["--short"]
+    nodes = 50 if short else int(sys.argv[2]) if sys.argv[1:2] == ["--nodes"] else NODES
+    repeat = 1 if short else RUNS
     print(f"building {nodes} nodes in PostgreSQL ...", flush=True)
     token = big_fleet.build(nodes)
-    floor = [timed([sys.executable, "-c", "pass"], dict(os.environ)) for _ in range(RUNS)]
+    floor = [timed([sys.executable, "-c", "pass"], dict(os.environ)) for _ in range(repeat)]
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line a request otherwise
     rows = []
     with start_uvicorn(env=dict(os.environ)) as server:
@@ -93,9 +100,9 @@ def main() -> int:
         )
         for words, target, requests in commands(nodes):
             timed([*LLMGW, "ctl", *words], env)  # warm: the server's first answer imports
-            runs = [timed([*LLMGW, "ctl", *words], env) for _ in range(RUNS)]
+            runs = [timed([*LLMGW, "ctl", *words], env) for _ in range(repeat)]
             http = []
-            for _ in range(RUNS):
+            for _ in range(repeat):
                 start = time.perf_counter()
                 for path in requests:
                     client.get(path).raise_for_status()
@@ -118,12 +125,13 @@ def main() -> int:
         f"({statistics.median(f[1] for f in floor):.2f}s CPU), the floor of any Python command"
     )
     print(
-        f"{nodes} nodes; median of {RUNS} runs each, after one warm-up; server: the same "
+        f"{nodes} nodes; median of {repeat} runs each, after one warm-up; server: the same "
         "requests from this process; ctl CPU: the command's own user + system time; "
         f"explain {big_fleet.DRY} is a dry run (never placed)"
     )
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    return 0
+    # A command that printed nothing measured nothing (a failed one already stopped the run).
+    return report_unmeasured({f"ctl {name}": (runs[0][2], 0) for name, _, runs, _ in rows})
 
 
 if __name__ == "__main__":

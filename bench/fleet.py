@@ -2,6 +2,7 @@
 
     make bench-fleet                         (1,000 then 5,000 nodes)
     make bench-fleet BENCH_ARGS="--nodes 200"   (a quick look)
+    python bench/fleet.py --short            (the tests' run: does it measure?)
 
 Starts the control plane as production runs it (bench/fleet_plane.py: two
 uvicorn web processes, two Celery workers, a private PostgreSQL and Redis)
@@ -13,6 +14,10 @@ agents posting back to back on top of the fleet; one scrape of every
 /metrics target of deploy/prometheus/prometheus.yml (and of /metrics
 whole, for comparison); placements through the API and their p50; explain;
 `llmgw ctl nodes`; the cluster page's first paint in Chromium.
+
+`--short` (20 nodes, a few seconds of each load) measures nothing worth
+quoting. Either form exits non-zero when a figure could not be measured,
+a heartbeat or a placement failed, or no placement was committed.
 
 Each figure is printed beside its target, and the last column is how it
 grew from the first size to the last (last / first). Targets from the
@@ -87,7 +92,9 @@ def measure_size(
         }  # fmt: skip
 
     def heartbeats() -> dict[str, float]:
-        beats = measure.heartbeats(plane, layout.probes(args.interval), seconds=10.0)
+        beats = measure.heartbeats(plane, layout.probes(args.interval), seconds=args.beats_s)
+        if beats["failed"]:
+            faults.append(f"{nodes:,} nodes, heartbeats: {beats['failed']} failed")
         # The fleet's own, stored over the same seconds: each node beats at
         # most once in a window no longer than its interval.
         window = min(10.0, args.interval)
@@ -103,6 +110,8 @@ def measure_size(
 
     def placements() -> dict[str, float]:
         p = measure.placements(plane, MODEL, args.placements)
+        if p["failed"] or not p["rate"]:
+            faults.append(f"{nodes:,} nodes, placements: {p['failed']} failed, rate {p['rate']}")
         return {
             "placement_rate": p["rate"], "placement_p50": p["p50_s"],
             "placement_failed": p["failed"],
@@ -143,7 +152,7 @@ def report(
         print(row)
     print(
         f"\nheartbeats: the fleet's own (every {args.interval:g} s, counted as stored) plus 64 "
-        "agents posting back to back for 10 s; p99 is theirs. placements: POST /api/v1/models/"
+        f"agents posting back to back for {args.beats_s:g} s; p99 is theirs. placements: POST /api/v1/models/"
         f"{MODEL}/place, 8 at a time, {args.placements} each size; p50 of the committed. "
         f"scrape: /metrics/fleet on both web processes and {args.shards} node shards, one after "
         "another; CPU is the web processes' less their idle rate. CPU and RSS: web "
@@ -169,7 +178,12 @@ def main() -> int:
     parser.add_argument(
         "--ready-timeout", type=float, help="seconds a size may take to be Ready (0.3 s a node)"
     )
+    parser.add_argument("--short", action="store_true", help="20 nodes, seconds of load")
     args = parser.parse_args()
+    args.beats_s = 10.0
+    if args.short:
+        args.nodes, args.interval, args.placements, args.steady = "20", 2.0, 5, 2.0
+        args.beats_s = 2.0
     try:
         sizes = [int(n.replace("_", "")) for n in args.nodes.split(",") if n.strip()]
     except ValueError:

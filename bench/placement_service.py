@@ -271,7 +271,9 @@ def report(r: dict[str, Any]) -> None:
         print(f"  explain, refused      {r['explain_refused'] * 1e3:8.1f} ms median")
 
 
-def main(sizes: tuple[int, ...], placements: int) -> None:
+def main(sizes: tuple[int, ...], placements: int) -> dict[str, tuple[int, int]]:
+    """Prints each size's figures; returns (placed, 0) per size that placed,
+    for bench.figures.unmeasured (explain alone places nothing)."""
     setup_django()
     print(
         "\nservice path: serving.placing.place_replica and explain on PostgreSQL "
@@ -281,6 +283,11 @@ def main(sizes: tuple[int, ...], placements: int) -> None:
     load = os.getloadavg()[0]
     busy = " (busy: figures are noisy)" if load > (os.cpu_count() or 1) else ""
     print(f"load average {load:.1f} on {os.cpu_count()} CPUs{busy}")
+    runs = {}
     for size in sizes:
         # At the largest size only explain has a target.
-        report(run_size(size, placements if size <= 5_000 else 0))
+        result = run_size(size, placements if size <= 5_000 else 0)
+        report(result)
+        if result["placements"]:
+            runs[f"service path at {size:,} nodes"] = (result["placed"], 0)
+    return runs
