@@ -224,9 +224,17 @@ def cmd_status(api: Api, args: argparse.Namespace) -> str:
         lines.append(
             "weights   " + ", ".join(f"{w['model']} on {w['nodes']} node(s)" for w in s["weights"])
         )
-    held = [m for m in api.call("GET", "/api/v1/models") if m["always_running"] or m["under_load"]]
+    # The same filters: a rack's status counts the rack's nodes holding weights.
+    models = api.call("GET", "/api/v1/models", params=node_filters(args) or None)
+    held = [m for m in models if m["always_running"] or m["under_load"]]
+    within = (
+        f" (within {', '.join(v for _, v in node_filters(args))})" if node_filters(args) else ""
+    )
     for m in held:
-        lines += [f"held      {m['name']}", f"  weights: {fabric_weights(m['weights_by_fabric'])}"]
+        lines += [
+            f"held      {m['name']}",
+            f"  weights{within}: {fabric_weights(m['weights_by_fabric'])}",
+        ]
     return "\n".join(lines)
 
 

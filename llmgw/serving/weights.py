@@ -14,6 +14,7 @@ once its weights collector finds them in place, so every holding counts.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,10 +67,15 @@ def label(identity: str, names: set[str], shared_names: set[str]) -> str:
     return f"{text}@{identity}" if names & shared_names else text
 
 
-def load() -> WeightsByFabric:
+def load(within: Collection[str] | None = None) -> WeightsByFabric:
+    """`within`: only these nodes (`ctl status --domain rack=r01`), each
+    fabric counted by its nodes among them; None: the whole fleet."""
     # Names through joins, not looked up in the node list: a node that
     # joins between two of these queries is then missing, never a KeyError.
     node_names = set(Node.objects.values_list("name", flat=True))
+    picked = None if within is None else node_names & set(within)
+    if picked is not None:
+        node_names = picked
     members: dict[int, set[str]] = defaultdict(set)
     declared: dict[int, set[str]] = defaultdict(set)
     # Every port seen on a fabric, the down ones too, as `ctl fabrics`
@@ -78,6 +84,8 @@ def load() -> WeightsByFabric:
         "node__name", "physical_fabric_id", "declared_fabric"
     )
     for node, fabric_id, name in ports:
+        if picked is not None and node not in picked:
+            continue
         members[fabric_id].add(node)
         if name:
             declared[fabric_id].add(name)
@@ -110,5 +118,6 @@ def load() -> WeightsByFabric:
         groups.append(Group(None, NO_FABRIC, None, (), nowhere))
     holders: dict[str, set[str]] = defaultdict(set)
     for node, model in ModelHolding.objects.values_list("node__name", "model_name"):
-        holders[model].add(node)
+        if picked is None or node in picked:
+            holders[model].add(node)
     return WeightsByFabric(groups, holders)

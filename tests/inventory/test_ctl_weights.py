@@ -83,3 +83,28 @@ def test_status_says_no_fabric_known_rather_than_a_count(make_node, ctl_env, cap
     assert ctl.main(["status"]) == 0
     out = capsys.readouterr().out
     assert "  weights: no fabric known: none of 2" in out, out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_status_of_a_domain_counts_only_its_nodes_weights(make_node, ctl_env, capsys):
+    """`ctl status --domain rack=r01` showed the held models' weights for the
+    whole fleet under the rack's numbers."""
+    from llmgw.inventory import services
+    from llmgw.inventory.models import Node
+
+    catalog.apply_text(CATALOG)
+    a = PhysicalFabric.objects.create(identity="0xa", kind="infiniband", last_seen=timezone.now())
+    for n in range(1, 9):
+        wire(make_node, f"gpu-{n:02d}", a, "ib-a", *(("qwen",) if n in (1, 2, 5) else ()))
+    wire(make_node, "cpu-1", None, "", "qwen")
+    for node in Node.objects.all():
+        rack = "r01" if node.name in ("gpu-01", "gpu-03", "gpu-04") else "r02"
+        services.set_labels(node.name, {"llmgw.io/rack": rack}, "test")
+
+    assert ctl.main(["status", "--domain", "rack=r01"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("nodes     3 (")
+    assert "  weights (within rack=r01): ib-a 1/3 nodes (gpu-01)\n" in out + "\n", out
+    assert ctl.main(["status"]) == 0
+    whole = capsys.readouterr().out
+    assert "  weights: ib-a 3/8 nodes (gpu-01, gpu-02, gpu-05), no fabric known: cpu-1" in whole

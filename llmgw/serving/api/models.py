@@ -6,6 +6,7 @@ answer is the model as it serves)."""
 from __future__ import annotations
 
 from django.db.models import QuerySet
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status, viewsets
@@ -18,9 +19,12 @@ from llmgw.catalog import services as catalog
 from llmgw.catalog.api.serializers import CountsSerializer, ResourcesSerializer
 from llmgw.catalog.loader import CatalogError
 from llmgw.catalog.models import Model
+from llmgw.inventory.api import filters
+from llmgw.inventory.api.views import FILTERS as NODE_FILTERS
+from llmgw.inventory.models import Node
 from llmgw.placement import services as placement
 from llmgw.placement.explaining import shortened
-from llmgw.serving import placing
+from llmgw.serving import placing, weights
 from llmgw.serving import services as serving
 from llmgw.serving.api.serializers import ModelSerializer
 
@@ -41,8 +45,21 @@ class ModelViewSet(ActionRoles, viewsets.GenericViewSet):
             "profiles", "replicas__profile", "replicas__shards__node"
         )
 
+    @extend_schema(parameters=NODE_FILTERS)
     def list(self, request: Request) -> Response:
-        return Response(self.get_serializer(self.get_queryset(), many=True).data)
+        """Every model. With node filters (`ctl status --domain rack=r01`),
+        weights_by_fabric counts only the nodes they pick: the fleet's
+        holders under a rack's status read as that rack's."""
+        context = self.get_serializer_context()
+        if any(name in request.query_params for name in filters.FILTERS):
+            try:
+                query = filters.parse(request.query_params, [], paged=False)
+            except filters.BadParameter as exc:
+                return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+            nodes = filters.filtered(Node.objects.all(), query, timezone.now())
+            picked = set(nodes.values_list("name", flat=True))
+            context["weights_by_fabric"] = weights.load(within=picked)
+        return Response(self.get_serializer(self.get_queryset(), many=True, context=context).data)
 
     def retrieve(self, request: Request, name: str) -> Response:
         data = dict(self.get_serializer(self.get_object()).data)
