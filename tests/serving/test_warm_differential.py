@@ -29,7 +29,7 @@ from llmgw.catalog.models import Model
 from llmgw.facility import services as facility
 from llmgw.facility.models import Hold
 from llmgw.inventory import services as inventory
-from llmgw.inventory.models import Gpu, Node
+from llmgw.inventory.models import Gpu
 from llmgw.placement.scheduler import Inventory
 from llmgw.placement.snapshot import node_views
 from llmgw.placement.types import READY
