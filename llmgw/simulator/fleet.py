@@ -129,6 +129,8 @@ class SimNode:
     shape: Shape
     rack: str
     seed: int
+    # The rack's row: set with the rack (make_fleet), so a rack is in one row.
+    row: str = "row01"
     cpu_percent: float = 10.0
     memory_used: int = 0
     local_free: int = 0
@@ -206,8 +208,7 @@ class SimNode:
             heartbeat_interval_s=max(1, round(interval_s)),
             labels={
                 "llmgw.io/room": "hall1",
-                # Two racks to a row, as dealt (four nodes to a rack).
-                "llmgw.io/row": f"row{1 + self.seed % 1000 // 8:02d}",
+                "llmgw.io/row": self.row,
                 "llmgw.io/rack": self.rack,
                 "llmgw.io/pdu": f"{self.rack}-pdu{self.seed % 2}",
             },
@@ -469,6 +470,8 @@ def make_fleet(
             name=f"{prefix}-{shape.kind}-{i + 1:02d}",
             shape=shape,
             rack=f"r{1 + i // 4:02d}",
+            # Two racks to a row, as dealt (four nodes to a rack).
+            row=f"row{1 + i // 8:02d}",
             seed=seed * 1000 + i,
             rng=random.Random(seed * 1000 + i),
         )
@@ -482,6 +485,9 @@ def make_fleet(
             name=name,
             shape=shape,
             rack="nvl72-a",
+            # The NVL72 rack whole in the row after the others: its row was
+            # worked out from each tray's seed, which put it in three.
+            row=f"row{2 + (count - 1) // 8:02d}" if count else "row01",
             seed=seed * 1000 + 500 + t,
             rng=random.Random(seed * 1000 + 500 + t),
             held_out=(t == 6),
