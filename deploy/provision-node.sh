@@ -7,7 +7,7 @@
 #   deploy/provision-node.sh --vmid 210 --name gpu-a-01 --template 9000 \
 #       --cores 32 --memory 262144 --disk 200 --ip 10.0.0.21/24 --gateway 10.0.0.1 \
 #       --ssh-key ~/.ssh/id_ed25519.pub [--gpu 0000:41:00.0 ...] [--bridge vmbr0] \
-#       [--storage local-lvm] [--apply]
+#       [--storage local-lvm] [--cpu host] [--apply]
 set -euo pipefail
 
 usage() {
@@ -21,6 +21,10 @@ fail() {
 
 VMID="" NAME="" TEMPLATE="" CORES=4 MEMORY=8192 DISK="" IP="" GATEWAY="" SSH_KEY=""
 BRIDGE=vmbr0 STORAGE=local-lvm APPLY=0
+# The host's CPU as it is: Proxmox's default (kvm64) hides AVX2 and AVX-512, which
+# llama.cpp's builds need and the agent warns about. A cluster that live-migrates
+# between unlike hosts names a common model instead (--cpu x86-64-v3).
+CPU=host
 GPUS=()
 QM=${QM:-qm}
 while (($#)); do
@@ -37,6 +41,7 @@ while (($#)); do
     --gpu) GPUS+=("${2-}"); shift 2 ;;
     --bridge) BRIDGE=${2-}; shift 2 ;;
     --storage) STORAGE=${2-}; shift 2 ;;
+    --cpu) CPU=${2-}; shift 2 ;;
     --apply) APPLY=1; shift ;;
     --dry-run) APPLY=0; shift ;;
     -h | --help) usage ;;
@@ -65,6 +70,7 @@ number --memory "$MEMORY" 512
 grep -q '^\(ssh-\|ecdsa-\|sk-\)' "$SSH_KEY" || fail "--ssh-key: $SSH_KEY does not hold a public key"
 [[ "$BRIDGE" =~ ^[A-Za-z0-9._-]+$ ]] || fail "--bridge: '$BRIDGE' is not a bridge name"
 [[ "$STORAGE" =~ ^[A-Za-z0-9._-]+$ ]] || fail "--storage: '$STORAGE' is not a storage name"
+[[ "$CPU" =~ ^[A-Za-z0-9._-]+$ ]] || fail "--cpu: '$CPU' is not a CPU type (host, x86-64-v3)"
 for gpu in "${GPUS[@]}"; do
   [[ "$gpu" =~ ^([0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(\.[0-7])?$ ]] ||
     fail "--gpu: '$gpu' is not a PCI address (0000:41:00.0)"
@@ -82,7 +88,7 @@ run() {
 }
 
 run "$QM" clone "$TEMPLATE" "$VMID" --name "$NAME" --full 1 --storage "$STORAGE"
-run "$QM" set "$VMID" --cores "$CORES" --memory "$MEMORY" --net0 "virtio,bridge=$BRIDGE"
+run "$QM" set "$VMID" --cores "$CORES" --cpu "$CPU" --memory "$MEMORY" --net0 "virtio,bridge=$BRIDGE"
 run "$QM" set "$VMID" --ipconfig0 "ip=$IP,gw=$GATEWAY" --sshkeys "$SSH_KEY" --ciuser root
 [ -z "$DISK" ] || run "$QM" resize "$VMID" scsi0 "${DISK}G"
 # PCI Express passthrough (pcie=1) needs the q35 machine.
