@@ -77,6 +77,14 @@ def not_preferred(
     if p.gpu_class is not None:
         # Counted before the decision was applied: the winner's cards were still free.
         mine, theirs = n.free_count(p.gpu_class), winner.free_count(p.gpu_class)
+        if mine == theirs:
+            # Nothing above set them apart: the last tie-break is the node
+            # order (scheduler.py's docstring), which the line must name.
+            return (
+                f"{name} fits with {mine} free {p.gpu_class} GPUs, as many as "
+                f"{winner.view.name}; with nothing else between them, "
+                f"{winner.view.name} comes first in node order"
+            )
         return (
             f"{name} fits with {mine} free {p.gpu_class} GPUs, but {winner.view.name} "
             f"has {theirs} free and partly used nodes fill first"

