@@ -24,17 +24,19 @@ from django.utils import timezone
 
 from llmgw.database import prepared
 
+# The log rows the look did not see, read once through the index on xid
+# (a condition per node joined with OR made it a scan of the whole log).
 CHECK = """
+WITH unseen AS MATERIALIZED (
+    SELECT node_id FROM serving_nodechange
+    WHERE (xid >= %(xmax)s::xid8 OR xid = ANY(%(xip)s::xid8[]))
+      AND xid <> pg_current_xact_id()
+)
 SELECT n.id,
        n.state, n.last_heartbeat_at, n.heartbeat_interval_s,
        n.memory_total_bytes, n.cpus,
        COALESCE(claimed.memory, 0), COALESCE(claimed.cores, 0),
-       EXISTS (
-           SELECT 1 FROM serving_nodechange c
-           WHERE (c.node_id = n.id OR c.node_id IS NULL)
-             AND (c.xid >= %(xmax)s::xid8 OR c.xid = ANY(%(xip)s::xid8[]))
-             AND c.xid <> pg_current_xact_id()
-       )
+       EXISTS (SELECT 1 FROM unseen u WHERE u.node_id = n.id OR u.node_id IS NULL)
 FROM inventory_node n
 LEFT JOIN LATERAL (
     -- As the snapshot counts claims: a profile's declared figures, per shard.

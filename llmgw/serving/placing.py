@@ -141,8 +141,8 @@ def _place_once(names: list[str], hold: bool) -> list[tuple[Replica | None, Plac
                     desired.rebuild(list(wants))
                 if wants and connection.vendor == "postgresql":
                     # (SQLite, one process, reads the fleet whole each time.)
-                    names_by_pk = {pk: name for name, pk in fleet.pk_by_name.items()}
-                    checked.check(wants, names_by_pk, xmax, xip, warm.WarmFleet._deadline)
+                    named = {pk: fleet.views[pk].name for pk in wants if pk in fleet.views}
+                    checked.check(wants, named, xmax, xip, warm.WarmFleet._deadline)
         except checked.Changed as changed:
             fleet.restore(applied, read)
             fleet.read_again(changed.nodes)
