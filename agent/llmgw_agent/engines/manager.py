@@ -12,6 +12,7 @@ or when agent.yaml names it. Nothing is ever reported because it is on PATH.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +55,23 @@ Status = Literal["installed", "installing", "failed"]
 RECHECK_S = 600.0
 RETRY_S = 600.0
 HISTORY = 200  # one download is ~100 messages (a percent each)
+# pip's own words for one step going on: "Building wheel for x (pyproject.toml): started",
+# then "...: still running..." once a minute. The same step, whichever it says.
+_UNDERWAY = re.compile(r":\s*(started|still running\.*)\s*$")
+
+
+def _step(message: str) -> str:
+    return _UNDERWAY.sub("", message)
+
+
+def took(seconds: float) -> str:
+    """45 s, 7 min 12 s, 1 h 3 min: how long, as a person reads it."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
 
 
 @dataclass
@@ -69,13 +87,22 @@ class EngineState:
     checked_at: float | None = None  # when it was last seen to run
     failed_at: float | None = None
     history: list[str] = field(default_factory=list)
+    # While installing: when the install began, and when its current step did.
+    started_at: float | None = None
+    step_at: float | None = None
 
-    def as_payload(self) -> dict[str, Any]:
+    def as_payload(self, now: float | None = None) -> dict[str, Any]:
+        message = self.message
+        if self.status == "installing" and now is not None and self.started_at is not None:
+            # pip says "still running..." for the whole of a ten-minute build: the
+            # times say whether it moves, and for how long this step has gone on.
+            on_step = now - (self.step_at if self.step_at is not None else self.started_at)
+            message += f" (this step {took(on_step)}; installing for {took(now - self.started_at)})"
         return {
             "name": self.name,
             "version": self.version,
             "status": self.status,
-            "message": self.message,
+            "message": message,
             "path": self.path,
         }
 
@@ -173,6 +200,7 @@ class EngineManager:
     def report(self) -> dict[str, Any]:
         """{"engines": [...], "engines_probed": bool, "warnings": [...]} for the heartbeat."""
         with self._lock:
+            now = self.clock()
             wanted = {(s.name, s.version): s for s in self._desired}
             entries = []
             for (name, version, platform), state in sorted(self._states.items()):
@@ -180,7 +208,7 @@ class EngineManager:
                 # A build of a wanted version for another platform is superseded, not offered.
                 if (name, version) in wanted and isinstance(choice, str) and choice != platform:
                     continue
-                entries.append(state.as_payload())
+                entries.append(state.as_payload(now))
             if self._scanned:
                 for spec in self._desired:
                     if not self._has_state(spec):
@@ -306,6 +334,9 @@ class EngineManager:
             state = self._states.get(key)
             if state is None:
                 state = self._states[key] = EngineState(key[0], key[1], "installing", "")
+            if "message" in changes and "step_at" not in changes:
+                if _step(changes["message"]) != _step(state.message):
+                    state.step_at = self.clock()
             for k, v in changes.items():
                 setattr(state, k, v)
             if "message" in changes:
@@ -344,7 +375,16 @@ class EngineManager:
 
     def _install(self, spec: EngineSpec, platform: str) -> None:
         key = (spec.name, spec.version, platform)
-        self._set(key, status="installing", message="starting", path=None, platform=platform)
+        now = self.clock()
+        self._set(
+            key,
+            status="installing",
+            message="starting",
+            path=None,
+            platform=platform,
+            started_at=now,
+            step_at=now,
+        )
 
         def progress(message: str) -> None:
             self._set(key, message=message)
