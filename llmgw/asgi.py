@@ -11,6 +11,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import path  # noqa: E402
 
 from llmgw.console.consumers import ConsoleConsumer  # noqa: E402
+from llmgw.inventory import listening  # noqa: E402
 from llmgw.inventory.api.heartbeat_asgi import heartbeats_first  # noqa: E402
 from llmgw.inventory.consumers import AgentStreamConsumer  # noqa: E402
 from llmgw.middleware import limit_body  # noqa: E402
@@ -36,11 +37,12 @@ gateway = Gateway()
 # The gateway has its own body limit, in its own (OpenAI's) error shape.
 # Heartbeats, the commonest request of all, are stored before Django too:
 # what that path cannot store itself goes on to Django as it came.
-# The lifespan keeps the process's warm fleet warm (serving.keep_warm).
+# The lifespan keeps the process's warm fleet warm (serving.keep_warm) and
+# records that the process can hear its fleet (inventory.listening).
 application = ProtocolTypeRouter(
     {
         "http": mount(gateway, heartbeats_first(limit_body(django_app))),
         "websocket": websockets,
-        "lifespan": keep_warm.lifespan,
+        "lifespan": listening.lifespan(keep_warm.lifespan),
     }
 )

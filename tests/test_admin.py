@@ -51,7 +51,14 @@ def _world(make_node: Any, user: Any, n: int) -> list[str]:
     from llmgw.fabrics import models as fab
     from llmgw.fabrics.choices import FabricKind
     from llmgw.facility.models import Budget, Hold
-    from llmgw.inventory.models import AgentCommand, Filesystem, Gpu, ModelHolding, StalenessPass
+    from llmgw.inventory.models import (
+        AgentCommand,
+        Filesystem,
+        Gpu,
+        Hearing,
+        ModelHolding,
+        StalenessPass,
+    )
     from llmgw.serving import keys
     from llmgw.serving.models import GpuClaim, HeldState, PlacementRecord, Replica, Shard
     from tests.tokens import make_token
@@ -65,6 +72,7 @@ def _world(make_node: Any, user: Any, n: int) -> list[str]:
     ModelHolding.objects.create(node=node, model_name=f"tiny-{n}", path="/w")
     AgentCommand.objects.create(node=node, kind="ibnetdiscover", output="x" * 100)
     StalenessPass.objects.create(last_pass_at=now)
+    Hearing.objects.create(since=now, heard_at=now)
     NodeCertificate.objects.create(
         serial=f"{n:x}", node_name=node.name, not_before=now, not_after=now, issued_by="test"
     )

@@ -20,6 +20,7 @@ from llmgw.inventory.models import (
     AuditEvent,
     Filesystem,
     Gpu,
+    Hearing,
     ModelHolding,
     Node,
     StalenessPass,
@@ -230,11 +231,17 @@ class AgentCommandAdmin(ReadOnlyAdmin):
 
 @admin.register(StalenessPass)
 class StalenessPassAdmin(ReadOnlyAdmin):
+    description = "When the staleness check last ran: the periodic schedule is alive."
+    list_display = ["id", "last_pass_at"]
+
+
+@admin.register(Hearing)
+class HearingAdmin(ReadOnlyAdmin):
     description = (
-        "When the staleness check last ran; the check owns this row, and "
-        "nodes go stale only after silence it was listening for."
+        "When the control plane could hear its fleet: the web processes write "
+        "this row; a node's silence counts only from `since`."
     )
-    list_display = ["id", "last_pass_at", "resumed_at"]
+    list_display = ["id", "since", "heard_at"]
 
 
 # Here rather than in accounts' admin: a node's certificates are part of its

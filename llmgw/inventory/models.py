@@ -284,11 +284,21 @@ class AgentCommand(models.Model):
 
 
 class StalenessPass(models.Model):
-    """When the staleness check last ran, and when it last resumed after a
-    gap (one row). A control plane that could not hear anyone (its
-    database down) must not take the silence for the fleet's: a node is
-    stale only once it has been silent for the grace while the control
-    plane was listening."""
+    """When the staleness check last ran (one row): the periodic schedule
+    is alive. Whether a node is stale is llmgw.inventory.readiness's to
+    say, from Hearing."""
 
     last_pass_at = models.DateTimeField()
-    resumed_at = models.DateTimeField(null=True, blank=True)
+
+
+class Hearing(models.Model):
+    """When the control plane could hear its fleet (one row): each web
+    process, which is where heartbeats come in, writes `heard_at` every
+    few seconds while its database answers; a write after a gap (the
+    database or every web process down) starts a new stretch, `since`.
+    A node's silence counts only from `since` (llmgw.inventory.readiness):
+    a control plane that could not hear anyone must not take the silence
+    for the fleet's."""
+
+    since = models.DateTimeField()
+    heard_at = models.DateTimeField()

@@ -16,7 +16,7 @@ from llmgw_agent.protocol.bounds import NAME
 
 from llmgw.accounts import hashing
 from llmgw.accounts.models import NodeCertificate
-from llmgw.inventory import commands, credentials, gpus, sections
+from llmgw.inventory import commands, credentials, gpus, readiness, sections
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import (
     REGISTERED_FIELDS,
@@ -271,67 +271,48 @@ def _locked(name: str) -> Node:
 
 
 def is_ready(node: Node, now: datetime | None = None) -> bool:
-    """Ready unless three heartbeat intervals have passed in silence. Read
-    from the timestamps, so a page is right even when the worker that
-    persists the state is behind."""
-    if node.state != NodeState.READY or node.last_heartbeat_at is None:
-        return False
+    """Ready by llmgw.inventory.readiness's rule: read from the timestamps,
+    so a page is right even when the worker that persists the state is
+    behind, and never for the time the control plane could not hear."""
     now = now or timezone.now()
-    allowed = timedelta(seconds=node.heartbeat_interval_s * settings.MISSED_HEARTBEATS_NOT_READY)
-    return now - node.last_heartbeat_at <= allowed
+    return readiness.is_ready(
+        node.state, node.last_heartbeat_at, node.heartbeat_interval_s, now, readiness.at(now)
+    )
 
 
 def effective_state(node: Node, now: datetime | None = None) -> str:
     return NodeState.READY if is_ready(node, now) else NodeState.NOT_READY
 
 
-# A staleness pass runs every 5 s; one that finds the last pass this much
-# older knows the control plane itself was out (its database, its worker).
-STALENESS_GAP_S = 20.0
-
-
-@transaction.atomic
-def _listening_since(now: datetime) -> datetime | None:
-    """When the control plane last began to hear the fleet again after a
-    gap in its own staleness passes; None when it never stopped."""
-    row = StalenessPass.objects.select_for_update().filter(pk=1).first()
-    if row is None:
-        StalenessPass.objects.create(pk=1, last_pass_at=now)
-        return None
-    if (now - row.last_pass_at).total_seconds() > STALENESS_GAP_S:
-        log.warning(
-            "staleness: no pass since %s; the control plane was out, so every node "
-            "gets its full grace from now",
-            row.last_pass_at.isoformat(timespec="seconds"),
-        )
-        row.resumed_at = now
-    row.last_pass_at = max(row.last_pass_at, now)
-    row.save(update_fields=["last_pass_at", "resumed_at"])
-    return row.resumed_at
+def _passed(now: datetime) -> None:
+    """Record that the pass ran: the periodic schedule is alive."""
+    if not StalenessPass.objects.filter(pk=1).update(last_pass_at=now):
+        StalenessPass.objects.get_or_create(pk=1, defaults={"last_pass_at": now})
 
 
 def mark_missed_heartbeats(now: datetime | None = None) -> list[str]:
     """Persist NotReady for nodes that went silent; returns their names.
 
-    Silence is counted from when the control plane could hear: after an
-    outage of its own (PostgreSQL down, so heartbeats were refused and this
-    check could not run) every node was marked NotReady within seconds of
-    the database's return, before its agent's next retry."""
+    Silence is counted while the control plane could hear
+    (llmgw.inventory.readiness): after an outage of its own (PostgreSQL
+    down, or its web processes) every node was marked NotReady within
+    seconds of the return, before its agent's next retry."""
     now = now or timezone.now()
-    missed = settings.MISSED_HEARTBEATS_NOT_READY
+    _passed(now)
+    hearing = readiness.load()
     changed: list[str] = []
-    resumed = _listening_since(now)
     intervals = Node.objects.filter(state=NodeState.READY).values_list(
         "heartbeat_interval_s", flat=True
     )
     for interval in set(intervals):
-        deadline = now - timedelta(seconds=interval * missed)
-        if resumed is not None and resumed > deadline:
-            continue  # not yet a full grace of listening since the outage
-        changed += _mark_silent(interval, deadline)
+        cutoff = readiness.silent_before(interval, now, hearing)
+        if cutoff is not None:
+            changed += _mark_silent(interval, cutoff)
     changed.sort()
     for name in changed:
-        log.warning("node %s missed %d heartbeats: NotReady", name, missed)
+        log.warning(
+            "node %s missed %d heartbeats: NotReady", name, settings.MISSED_HEARTBEATS_NOT_READY
+        )
     return changed
 
 

@@ -30,9 +30,10 @@ def fleet(make_node, agent_client):
     return nodes
 
 
-# The snapshot placement reads and the catalog: a handful of queries,
-# whatever the fleet's size.
-QUERIES = 15
+# The snapshot placement reads (with the record of when the control plane
+# could hear, llmgw.inventory.readiness) and the catalog: a handful of
+# queries, whatever the fleet's size.
+QUERIES = 16
 
 
 def test_failing_a_rack_names_what_is_lost_and_where_it_goes(fleet, api, django_assert_num_queries):

@@ -13,15 +13,14 @@ agent's, as everywhere), or a bare node name.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
-from llmgw.inventory.choices import NodeState
+from llmgw.inventory import readiness
 from llmgw.inventory.models import Gpu, Node
 from llmgw.locations import LABEL_PREFIX, split_domain
 from llmgw.validation import text_problem
@@ -115,17 +114,8 @@ def parse(params: Any, known_fields: list[str], paged: bool = True) -> NodeQuery
 
 
 def ready_q(now: datetime) -> Q:
-    """Ready as llmgw.inventory.services.is_ready says it, in SQL: the
-    stored state, and a heartbeat within three of the node's intervals.
-    One term per interval in use (a fleet has one or two), so the same
-    query works on PostgreSQL and SQLite, without interval arithmetic."""
-    missed = settings.MISSED_HEARTBEATS_NOT_READY
-    intervals = Node.objects.order_by().values_list("heartbeat_interval_s", flat=True).distinct()
-    fresh = Q(pk__in=[])
-    for s in intervals:
-        since = now - timedelta(seconds=s * missed)
-        fresh |= Q(heartbeat_interval_s=s, last_heartbeat_at__gte=since)
-    return Q(state=NodeState.READY) & fresh
+    """Ready as llmgw.inventory.services.is_ready says it, in SQL."""
+    return readiness.ready_q(now, readiness.at(now))
 
 
 def label_value(key: str) -> Coalesce:

@@ -1,0 +1,70 @@
+"""A web process says, every readiness.TICK_S, that it can hear its fleet
+(llmgw.inventory.readiness explains what that record is for).
+
+Started by the ASGI lifespan, as the warm fleet's keeper is, so that it
+runs exactly where heartbeats come in: a web process killed, or one whose
+database does not answer, stops writing, and its silence is the record of
+the time the control plane could not hear.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from llmgw.database import own
+from llmgw.inventory import readiness
+
+log = logging.getLogger("llmgw.inventory")
+
+Asgi = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+
+def _listen(stop: threading.Event) -> None:
+    # A connection of its own: API requests queued for a pool must not
+    # hold up the record that the fleet can be heard (a late write only
+    # gives every node one more grace, but it is the outage the record is
+    # meant to tell apart).
+    own.use("hearing", 1)()
+    while not stop.is_set():
+        try:
+            readiness.heard(timezone.now())
+        except Exception as exc:  # the database away: that is what the gap records
+            log.info("could not record that the fleet can be heard: %s", exc)
+            connection.close()
+        if stop.wait(readiness.TICK_S):
+            break
+    connection.close()
+
+
+def start() -> threading.Event:
+    """Record hearing until the event returned is set."""
+    stop = threading.Event()
+    threading.Thread(target=_listen, args=(stop,), name="hearing", daemon=True).start()
+    return stop
+
+
+def lifespan(inner: Asgi) -> Asgi:
+    """The ASGI lifespan `inner`, with hearing recorded from startup to
+    shutdown."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        stop: threading.Event | None = None
+
+        async def received() -> Any:
+            nonlocal stop
+            message = await receive()
+            if message["type"] == "lifespan.startup" and stop is None:
+                stop = start()
+            elif message["type"] == "lifespan.shutdown" and stop is not None:
+                stop.set()
+            return message
+
+        await inner(scope, received, send)
+
+    return app

@@ -1,0 +1,193 @@
+"""When a node is Ready: the one rule that the API, the console, the
+metrics, placement's views and its warm index, and the staleness pass
+(whose stored state routing and the reconciler follow) all read.
+
+A node is NotReady once it has been silent for LLMGW_MISSED_HEARTBEATS
+of its intervals *while the control plane could hear it*. Counting wall
+time instead took the control plane's own outages for the fleet's: after
+PostgreSQL was stopped for 45 s, every node read NotReady for some 18 s
+after it came back, and after both web processes and both workers were
+killed the workers marked 160 and 144 nodes NotReady in the second after
+they restarted, though no node had stopped.
+
+So the web processes, where heartbeats come in, record that they can
+hear (`listening`): every TICK_S each writes the time to one row while
+its database answers. A write finding the last one older than GAP_S
+starts a new stretch of hearing (`since`), and a node's silence is
+counted from the later of its last heartbeat and `since`, up to the last
+moment the control plane could hear (no later than GAP_S after the last
+write). After an outage or a restart, every node has a full grace to be
+heard again; while no one can hear, no node goes NotReady.
+
+Where no web process ever wrote the row (a server without the ASGI
+lifespan, the tests' own clients) nothing is known of outages, and
+silence is counted in wall time, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from llmgw.inventory.choices import NodeState
+from llmgw.inventory.models import Hearing as HearingRow
+from llmgw.inventory.models import Node
+
+log = logging.getLogger("llmgw.inventory")
+
+# How often each web process says it can hear.
+TICK_S = 2.0
+# A write this much later than the one before starts a new stretch: the
+# control plane could not hear in between (its database or every web
+# process was down). Three ticks, so that one slow tick on a loaded
+# machine is not taken for an outage; a false one only gives every node
+# one more grace.
+GAP_S = 3 * TICK_S
+
+
+@dataclass(frozen=True)
+class Hearing:
+    """The stretch of hearing the control plane is in: since when, and the
+    last time it knew it could hear (None, None: nothing recorded)."""
+
+    since: datetime | None
+    heard_at: datetime | None
+
+    def heard_to(self, now: datetime) -> datetime:
+        """The last moment counted as listening: now, unless the writes
+        stopped (then GAP_S after the last)."""
+        if self.heard_at is None:
+            return now
+        return min(now, self.heard_at + timedelta(seconds=GAP_S))
+
+
+UNRECORDED = Hearing(None, None)
+
+
+def grace(interval_s: int) -> timedelta:
+    return timedelta(seconds=interval_s * settings.MISSED_HEARTBEATS_NOT_READY)
+
+
+def _start(at: datetime, hearing: Hearing) -> datetime:
+    return at if hearing.since is None else max(at, hearing.since)
+
+
+def remaining(
+    state: str, at: datetime | None, interval_s: int, now: datetime, hearing: Hearing
+) -> timedelta | None:
+    """How much of its grace a node has left (negative: spent); None for a
+    node not Ready on record (marked NotReady, or never heard)."""
+    if state != NodeState.READY or at is None:
+        return None
+    return grace(interval_s) - (hearing.heard_to(now) - _start(at, hearing))
+
+
+def is_ready(
+    state: str, at: datetime | None, interval_s: int, now: datetime, hearing: Hearing
+) -> bool:
+    left = remaining(state, at, interval_s, now, hearing)
+    return left is not None and left >= timedelta(0)
+
+
+def deadline(
+    state: str, at: datetime | None, interval_s: int, now: datetime, hearing: Hearing
+) -> datetime | None:
+    """When a Ready node goes NotReady if the control plane keeps hearing
+    and the node does not beat; None if it is not Ready now. A node Ready
+    past that moment only because no one can hear it now is looked at
+    again in a tick."""
+    if not is_ready(state, at, interval_s, now, hearing):
+        return None
+    assert at is not None
+    lapses = _start(at, hearing) + grace(interval_s)
+    return lapses if lapses >= now else now + timedelta(seconds=TICK_S)
+
+
+def silent_before(interval_s: int, now: datetime, hearing: Hearing) -> datetime | None:
+    """Ready nodes of this interval last heard before this moment are
+    NotReady; None when none can be (a stretch of hearing younger than
+    the grace)."""
+    cutoff = hearing.heard_to(now) - grace(interval_s)
+    if hearing.since is not None and hearing.since >= cutoff:
+        return None
+    return cutoff
+
+
+def ready_q(now: datetime, hearing: Hearing) -> Q:
+    """is_ready in SQL. One term per interval in use (a fleet has one or
+    two), so the same query works on PostgreSQL and SQLite, without
+    interval arithmetic."""
+    intervals = Node.objects.order_by().values_list("heartbeat_interval_s", flat=True).distinct()
+    fresh = Q(pk__in=[])
+    for s in intervals:
+        cutoff = silent_before(s, now, hearing)
+        if cutoff is None:
+            fresh |= Q(heartbeat_interval_s=s, last_heartbeat_at__isnull=False)
+        else:
+            fresh |= Q(heartbeat_interval_s=s, last_heartbeat_at__gte=cutoff)
+    return Q(state=NodeState.READY) & fresh
+
+
+# --- reading the record -----------------------------------------------------
+
+_latest = UNRECORDED
+_memo = threading.local()
+
+
+def load() -> Hearing:
+    """The record, read now (one query)."""
+    global _latest
+    row = HearingRow.objects.filter(pk=1).values_list("since", "heard_at").first()
+    _latest = UNRECORDED if row is None else Hearing(*row)
+    return _latest
+
+
+def at(now: datetime) -> Hearing:
+    """The record as of `now`, read once for each `now` a thread asks
+    with: a page or a pass takes its `now` once and asks for each of its
+    nodes, and must not read the row once per node."""
+    memo: tuple[datetime, Hearing] | None = getattr(_memo, "value", None)
+    if memo is not None and memo[0] == now:
+        return memo[1]
+    hearing = load()
+    _memo.value = (now, hearing)
+    return hearing
+
+
+def last_known() -> Hearing:
+    """The record as this process last read or wrote it, without a query:
+    for a hint that is checked against the database before it counts (the
+    warm index's deadlines, whose nodes are read again when they lapse)."""
+    return _latest
+
+
+# --- writing it -------------------------------------------------------------
+
+
+@transaction.atomic
+def heard(now: datetime) -> Hearing:
+    """This web process can hear the fleet at `now`."""
+    global _latest
+    row = HearingRow.objects.select_for_update().filter(pk=1).first()
+    if row is None:
+        row = HearingRow.objects.create(pk=1, since=now, heard_at=now)
+    elif (now - row.heard_at).total_seconds() > GAP_S:
+        log.warning(
+            "the control plane could not hear its fleet from %s to %s; every node has "
+            "its full grace from now",
+            row.heard_at.isoformat(timespec="seconds"),
+            now.isoformat(timespec="seconds"),
+        )
+        row.since = row.heard_at = now
+        row.save(update_fields=["since", "heard_at"])
+    elif now > row.heard_at:
+        row.heard_at = now
+        row.save(update_fields=["heard_at"])
+    _latest = Hearing(row.since, row.heard_at)
+    return _latest
