@@ -129,8 +129,7 @@ class SimNode:
     shape: Shape
     rack: str
     seed: int
-    # The rack's row: set with the rack (make_fleet), so a rack is in one row.
-    row: str = "row01"
+    row: str  # set with the rack (make_fleet): a rack stands in one row
     cpu_percent: float = 10.0
     memory_used: int = 0
     local_free: int = 0
@@ -470,31 +469,23 @@ def make_fleet(
             name=f"{prefix}-{shape.kind}-{i + 1:02d}",
             shape=shape,
             rack=f"r{1 + i // 4:02d}",
-            # Two racks to a row, as dealt (four nodes to a rack).
-            row=f"row{1 + i // 8:02d}",
+            row=f"row{1 + i // 8:02d}",  # two racks to a row, four nodes to a rack
             seed=seed * 1000 + i,
             rng=random.Random(seed * 1000 + i),
         )
-        node.memory_used = int(shape.memory_bytes * 0.2)
-        node.local_free = int(shape.local_disk_bytes * 0.6)
         nodes.append(node)
     trays = tuple(f"{prefix}-gb200-t{t + 1:02d}" for t in range(nvl72_trays))
     for t, name in enumerate(trays):
-        shape = SHAPES["gb200"]
         node = SimNode(
             name=name,
-            shape=shape,
+            shape=SHAPES["gb200"],
             rack="nvl72-a",
-            # The NVL72 rack whole in the row after the others: its row was
-            # worked out from each tray's seed, which put it in three.
-            row=f"row{2 + (count - 1) // 8:02d}" if count else "row01",
+            row=f"row{1 + (count + 7) // 8:02d}",  # whole, in the row after the dealt racks
             seed=seed * 1000 + 500 + t,
             rng=random.Random(seed * 1000 + 500 + t),
             held_out=(t == 6),
             trays=trays,
         )
-        node.memory_used = int(shape.memory_bytes * 0.2)
-        node.local_free = int(shape.local_disk_bytes * 0.6)
         nodes.append(node)
     members: dict[str, list[tuple[str, int]]] = {}
     for node in nodes:
@@ -503,4 +494,6 @@ def make_fleet(
     sims = ib.build(members)
     for node in nodes:
         node.ib = sims.get(node.shape.fabric)
+        node.memory_used = int(node.shape.memory_bytes * 0.2)
+        node.local_free = int(node.shape.local_disk_bytes * 0.6)
     return nodes
