@@ -39,7 +39,7 @@ lint: venv-test
 
 typecheck: venv-test
 	$(BIN)/mypy --strict agent/llmgw_agent llmgw/placement/types.py llmgw/placement/scheduler.py llmgw/placement/index.py llmgw/placement/refusals.py \
-	  llmgw/placement/reindex.py llmgw/placement/whatif.py llmgw/placement/power.py llmgw/placement/spread.py
+	  llmgw/placement/reindex.py llmgw/placement/whatif.py llmgw/placement/power.py llmgw/placement/spread.py llmgw/placement/claims.py
 
 fmt: venv-test
 	$(BIN)/ruff check --fix .

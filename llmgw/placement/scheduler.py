@@ -28,7 +28,6 @@ from __future__ import annotations
 import weakref
 from bisect import bisect_left
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import replace
 from functools import partial
 
 from . import multinode, power, refusals, reindex
@@ -437,36 +436,3 @@ def headroom(
             count += 1
         room[p.name] = count
     return room
-
-
-def apply_to_views(nodes: Iterable[NodeView], decision: Decision) -> list[NodeView]:
-    """The views as they will read once the decision's allocations exist."""
-    shards = {s.node: s for s in decision.shards}
-    out: list[NodeView] = []
-    for v in nodes:
-        s = shards.get(v.name)
-        if s is None:
-            out.append(v)
-            continue
-        taken = set(s.gpu_indices)
-        gpus = tuple(replace(g, allocated=True) if g.index in taken else g for g in v.gpus)
-        out.append(
-            replace(
-                v,
-                gpus=gpus,
-                claimed_memory_bytes=v.claimed_memory_bytes + s.memory_bytes,
-                claimed_cores=v.claimed_cores + s.cpu_cores,
-                models={**v.models, decision.model: v.models.get(decision.model, 0) + 1},
-                declared_w=_watts_after(v.declared_w, s.power_w, True),
-                measured_w=_watts_after(v.measured_w, s.power_w, False),
-            )
-        )
-    return out
-
-
-def _watts_after(before: float | None, watts: float | None, declared: bool) -> float | None:
-    # As power.apply counts a shard on a copy of the fleet: what is declared
-    # starts from nothing, what was never measured stays unknown.
-    if not watts or (before is None and not declared):
-        return before
-    return (before or 0.0) + watts

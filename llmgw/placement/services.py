@@ -4,8 +4,7 @@ inside the transaction and under the lock that make it safe to act on."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -13,7 +12,7 @@ from llmgw.catalog.models import Model
 from llmgw.placement import scheduler
 from llmgw.placement.explaining import attempt_lines, lines
 from llmgw.placement.snapshot import leaf_name, node_views, profile_view
-from llmgw.placement.types import Decision, Explanation, NodeView, Placement, Profile, Shard
+from llmgw.placement.types import Decision, Explanation, Placement, Profile, Shard
 
 Attempts = tuple[tuple[str, int, bool], ...]
 
@@ -122,32 +121,6 @@ def stored_decision(model: str, data: dict[str, Any]) -> Decision:
         data.get("leaf"),
         tuple(data.get("short_cabled") or ()),
     )
-
-
-def without(views: Iterable[NodeView], decision: Decision) -> list[NodeView]:
-    """The views as they read before the decision's claims existed."""
-    shards = {s.node: s for s in decision.shards}
-    out: list[NodeView] = []
-    for v in views:
-        s = shards.get(v.name)
-        if s is None:
-            out.append(v)
-            continue
-        freed = set(s.gpu_indices)
-        models = dict(v.models)
-        models[decision.model] = models.get(decision.model, 0) - 1
-        if models[decision.model] <= 0:
-            del models[decision.model]
-        out.append(
-            replace(
-                v,
-                gpus=tuple(replace(g, allocated=False) if g.index in freed else g for g in v.gpus),
-                claimed_memory_bytes=max(0, v.claimed_memory_bytes - s.memory_bytes),
-                claimed_cores=max(0, v.claimed_cores - s.cpu_cores),
-                models=models,
-            )
-        )
-    return out
 
 
 def judged(

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field, replace
 
 from llmgw.locations import LABEL_PREFIX, LEVELS
 
+from .claims import apply_to_views, released
 from .power import DomainPower
-from .scheduler import Inventory, apply_to_views
-from .types import Decision, NodeView, Placement, Profile, Shard, gc_paused
+from .scheduler import Inventory
+from .types import Decision, NodeView, Placement, Profile, gc_paused
 
 # What a node that stopped reporting is, as the inventory says it.
 FAILED_STATE = "NotReady"
@@ -195,49 +196,6 @@ def power_after(fleet: Fleet, outcome: Outcome) -> list[PowerRow]:
 def _draw(d: DomainPower) -> float | None:
     # Only unknown nodes: unknown, not zero.
     return None if d.unknown and not d.draw else round(d.draw, 1)
-
-
-def released(views: Iterable[NodeView], decisions: Iterable[Decision]) -> list[NodeView]:
-    """The views once these decisions' claims are gone: apply_to_views undone."""
-    freed: dict[str, list[tuple[str, Shard]]] = defaultdict(list)
-    for d in decisions:
-        for s in d.shards:
-            freed[s.node].append((d.model, s))
-    out: list[NodeView] = []
-    for v in views:
-        shards = freed.get(v.name)
-        if shards:
-            v = _release(v, shards)
-        out.append(v)
-    return out
-
-
-def _release(v: NodeView, shards: list[tuple[str, Shard]]) -> NodeView:
-    models = dict(v.models)
-    gpus: set[int] = set()
-    memory = cores = 0
-    watts = 0.0
-    for model, s in shards:
-        models[model] = models.get(model, 0) - 1
-        if models[model] <= 0:
-            del models[model]
-        memory, cores = memory + s.memory_bytes, cores + s.cpu_cores
-        gpus.update(s.gpu_indices)
-        watts += s.power_w or 0.0
-    declared, measured = v.declared_w, v.measured_w
-    if watts:
-        # As apply_to_views counted the shard's watts, taken back.
-        declared = None if declared is None else max(declared - watts, 0.0)
-        measured = None if measured is None else max(measured - watts, 0.0)
-    return replace(
-        v,
-        models=models,
-        claimed_memory_bytes=max(v.claimed_memory_bytes - memory, 0),
-        claimed_cores=max(v.claimed_cores - cores, 0),
-        gpus=tuple(replace(g, allocated=False) if g.index in gpus else g for g in v.gpus),
-        declared_w=declared,
-        measured_w=measured,
-    )
 
 
 def lost_replicas(fleet: Fleet, nodes: Sequence[str]) -> list[Lost]:

@@ -23,6 +23,7 @@ from django.utils import timezone
 from llmgw.catalog.models import Model, Profile
 from llmgw.database import prepared
 from llmgw.inventory.models import Node
+from llmgw.placement import claims
 from llmgw.placement import services as placement
 from llmgw.placement.explaining import lines
 from llmgw.placement.scheduler import Inventory
@@ -365,7 +366,7 @@ def judge(model_name: str, data: dict[str, Any], holds_claims: bool) -> Placemen
         if decision is not None and holds_claims:
             # A copy that shares every node but the decision's own.
             inventory = inventory.replaced(
-                placement.without(warm.FLEET.views_of(decision.nodes), decision)
+                claims.without(warm.FLEET.views_of(decision.nodes), decision)
             )
         judged = placement.judged(model_name, profiles, decision, attempts, inventory)
         # Judged now, while the warm index is the fleet it describes.

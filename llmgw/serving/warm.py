@@ -50,7 +50,8 @@ from django.utils import timezone
 from llmgw.database import prepared
 from llmgw.inventory import readiness
 from llmgw.inventory.models import Node
-from llmgw.placement.scheduler import Inventory, apply_to_views
+from llmgw.placement.claims import apply_to_views
+from llmgw.placement.scheduler import Inventory
 from llmgw.placement.snapshot import node_views
 from llmgw.placement.types import READY, Decision, NodeView
 from llmgw.serving import warm_sql

@@ -9,7 +9,8 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmgw.placement.scheduler import Inventory, apply_to_views, place
+from llmgw.placement.claims import apply_to_views
+from llmgw.placement.scheduler import Inventory, place
 from llmgw.placement.types import GpuView, NodeView, Profile
 
 MODEL = "m"

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmgw.placement.checks import NodeState, pick_gpus, shard_refusal
-from llmgw.placement.scheduler import Inventory, apply_to_views, place
+from llmgw.placement.claims import apply_to_views
+from llmgw.placement.scheduler import Inventory, place
 from llmgw.placement.types import RACK, READY, GpuView, NodeView, Placement, Profile, Reason
 from llmgw.units import GiB
 

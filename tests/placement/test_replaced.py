@@ -12,7 +12,8 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmgw.placement.scheduler import Inventory, apply_to_views
+from llmgw.placement.claims import apply_to_views
+from llmgw.placement.scheduler import Inventory
 from llmgw.placement.types import Decision, NodeView, Placement, Profile
 from llmgw.placement.whatif import released
 from tests.placement.test_properties import MODEL, clusters

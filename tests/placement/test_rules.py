@@ -9,7 +9,8 @@ import pytest
 
 from llmgw.fabrics.models import PhysicalFabric, Port
 from llmgw.inventory.models import Node
-from llmgw.placement.scheduler import Inventory, apply_to_views, headroom, place
+from llmgw.placement.claims import apply_to_views
+from llmgw.placement.scheduler import Inventory, headroom, place
 from llmgw.placement.snapshot import fabric_view
 from llmgw.placement.types import NodeView, Placement, Profile, Reason
 from llmgw.units import GiB

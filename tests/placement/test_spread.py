@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from llmgw.locations import label as level_label
 from llmgw.placement import spread
 from llmgw.placement.checks import NodeState, pick_gpus, shard_refusal
-from llmgw.placement.scheduler import Inventory, apply_to_views
+from llmgw.placement.claims import apply_to_views
+from llmgw.placement.scheduler import Inventory
 from llmgw.placement.spread import Groups
 from llmgw.placement.types import SPREAD_LEVELS, GpuView, NodeView, Profile
 from llmgw.units import GiB

@@ -11,7 +11,8 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmgw.placement.scheduler import Inventory, apply_to_views
+from llmgw.placement.claims import apply_to_views
+from llmgw.placement.scheduler import Inventory
 from llmgw.placement.types import GpuView, NodeView, Profile
 from llmgw.placement.whatif import Fleet, HeldReplica, decide, fail, released, resolve
 from llmgw.units import GiB
