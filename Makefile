@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PG_URL ?= postgres://postgres@127.0.0.1:5432/llmgw
 REDIS ?= redis://127.0.0.1:6379/0
 
-.PHONY: demo test test-reliability venv venv-test lint typecheck rules pytest fmt services bench-heartbeat bench-placement bench-fabric bench-console bench-ctl surfaces-db bench-gateway clean
+.PHONY: demo test check test-reliability venv venv-test lint typecheck rules pytest fmt services bench-heartbeat bench-placement bench-fabric bench-console bench-ctl surfaces-db bench-gateway clean
 
 # The product alone: quick, so make demo serves its first page in minutes.
 $(BIN)/.installed: pyproject.toml agent/pyproject.toml
@@ -45,12 +45,30 @@ fmt: venv-test
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# The suite runs on PostgreSQL and Redis; only tests/test_embedded.py
-# proves the SQLite default, in a subprocess of its own.
+# The suite runs on PostgreSQL and Redis: the one DATABASE_URL names (CI:
+# this machine's), else the embedded one in var/test, started for the run
+# and stopped after it. tests/test_embedded.py proves the embedded default
+# of a fresh data directory, in a subprocess of its own.
+TEST_DATA = $(CURDIR)/var/test
 pytest: venv-test services
 	$(BIN)/python manage.py collectstatic --noinput -v0
-	DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest $(PYTEST_ARGS); \
-	  code=$$?; if [ $$code -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$code
+	@if [ -n "$(DATABASE_URL)" ]; then url="$(DATABASE_URL)"; stop=true; \
+	  else url=$$($(BIN)/python -m llmgw.embedded_db start $(TEST_DATA)) || exit 1; \
+	  stop="$(BIN)/python -m llmgw.embedded_db stop $(TEST_DATA)"; fi; \
+	DATABASE_URL=$$url REDIS_URL=$(REDIS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest $(PYTEST_ARGS); \
+	  code=$$?; $$stop >/dev/null; if [ $$code -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$code
+
+# The quick tier while you work: ruff, the import contracts, mypy, then
+# every test that starts no server or subprocess (pytest -m "not server";
+# tests/tiers.py marks the others, and fails a test here that starts one
+# unmarked). TIME_PLACEHOLDER It leaves out what make test
+# adds: the tests under uvicorn, live_server and Chromium (console
+# browser, gateway, agent streams, mTLS, ctl against a server), the agent's
+# real engines and llama-server, the OFED tools on ibsim, the reliability
+# layout, the demo and README run, the bench short forms, and the alert
+# rules (promtool).
+check: lint typecheck
+	LLMGW_NO_SERVERS=1 $(MAKE) pytest PYTEST_ARGS='-m "not server" $(PYTEST_ARGS)'
 
 # Alert rules: syntax, then their unit tests.
 rules: services

@@ -6,7 +6,7 @@ the frame rate while panning.
 Maps: the real 582-adapter DGX H100 NDR dump (tests/data/realdata), parsed
 and analysed by llmgw and stored as a FabricMap, and a generated fat tree of
 4,000 adapters (500 nodes x 8 rails). The server is the embedded default
-(SQLite in a scratch LLMGW_DATA_DIR) under uvicorn; the browser is Debian's
+(its own PostgreSQL in a scratch LLMGW_DATA_DIR, stopped at the end) under uvicorn; the browser is Debian's
 Chromium, headless, software rendering.
 
 Peer, measured in the same run: the same layout (same positions, same node
@@ -124,6 +124,15 @@ def mark(page, name: str) -> float:
 
 def main(short: bool = False) -> int:
     data_dir = tempfile.mkdtemp(prefix="llmgw-bench-console-")
+    try:
+        return measure(data_dir, short)
+    finally:
+        from llmgw import embedded_db
+
+        embedded_db.stop(Path(data_dir))
+
+
+def measure(data_dir: str, short: bool) -> int:
     ids = setup(data_dir)
     if short:
         ids = dict(list(ids.items())[:1])
@@ -262,7 +271,7 @@ if __name__ == "__main__":
         nodes = int(sys.argv[3]) if sys.argv[2:3] == ["--nodes"] else CLUSTER_NODES
         sys.exit(cluster(50 if short else nodes, short))
     code = main(short)
-    # Django is set up once a process, on the fabric part's SQLite: the
+    # Django is set up once a process, on the fabric part's embedded database: the
     # cluster page's PostgreSQL fleet is measured in a process of its own.
     if os.environ.get("CLUSTER_DATABASE_URL"):
         env = {**os.environ, "DATABASE_URL": os.environ["CLUSTER_DATABASE_URL"]}

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# make demo: the control plane on the embedded default (SQLite, in-process
-# tasks), a worker, a real agent for this machine and a simulated fleet.
-# Set DATABASE_URL and REDIS_URL to run the same on PostgreSQL and Redis.
+# make demo: the control plane on the embedded default (its own PostgreSQL
+# in the data directory, in-process tasks), a worker, a real agent for this
+# machine and a simulated fleet. No PostgreSQL server need be installed.
+# Set DATABASE_URL and REDIS_URL to run the same on an external PostgreSQL
+# and Redis.
 set -euo pipefail
 # Everything made from here on is this account's alone: the data directory,
 # the database, the CLI config and the keys and tokens beside it. A secret
@@ -19,6 +21,15 @@ MIRROR_PORT=${LLMGW_MIRROR_PORT:-8001}
 export LLMGW_MIRROR_URL="http://127.0.0.1:$MIRROR_PORT"
 mkdir -p "$DATA/agent" "$DATA/models" "$DATA/log" "$DATA/mirror"
 
+# The embedded database: started by the first command that needs it (the
+# migrate below; a run before may have left it running, or its data only),
+# stopped when the demo stops. With DATABASE_URL set it is not used.
+stop_db() { :; }
+if [ -z "${DATABASE_URL:-}" ]; then
+  python -m llmgw.embedded_db start "$DATA" >/dev/null
+  stop_db() { python -m llmgw.embedded_db stop "$DATA" >/dev/null 2>&1 || true; }
+  trap stop_db EXIT INT TERM
+fi
 python manage.py migrate --noinput -v0
 python manage.py collectstatic --noinput -v0
 llmgw catalog apply deploy/server.example.yaml
@@ -72,7 +83,7 @@ fi
 # many: it dying is that node's news, not a reason to stop the others.
 pids=()
 agent=()
-cleanup() { kill "${pids[@]}" "${agent[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+cleanup() { kill "${pids[@]}" "${agent[@]}" 2>/dev/null || true; wait 2>/dev/null || true; stop_db; }
 trap cleanup EXIT INT TERM
 
 uvicorn llmgw.asgi:application --host "$HOST" --port "$PORT" --log-level warning &
@@ -120,9 +131,12 @@ echo
 echo "llmgw doctor on this machine:"
 llmgw doctor --config "$DATA/agent/agent.yaml" || true
 
+if [ -z "${DATABASE_URL:-}" ]; then DB="embedded PostgreSQL in $DATA/postgres (stops with the demo)"
+else DB="DATABASE_URL"; fi
 cat <<MSG
 
 llmgw is running at $URL  (the console, /admin/, /api/docs/)
+  database:              $DB
   log in:                $LOGIN
   this machine's agent:  $NODE  (log: $DATA/log/agent.log)
   simulated nodes:       $SIM_NODES  (log: $DATA/log/simulate.log)

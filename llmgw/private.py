@@ -1,5 +1,4 @@
-"""Files only this account may read: the data directory, the embedded
-database, the secret key, CLI configurations with a token in them.
+"""Files only this account may read: the data directory, the secret key, CLI configurations with a token in them.
 
 Each is made with its final mode (0700, 0600) in the call that creates it.
 Creating a file with the process's umask (0644, typically) and chmod-ing it
@@ -16,20 +15,26 @@ import tempfile
 from pathlib import Path
 
 
-def private_dir(path: Path) -> Path:
+def private_dir(path: Path, traverse_gid: int | None = None) -> Path:
     """`path`, made 0700 if it is not there. One that is there already and
     open to others (an install from before this rule: var/ was 0755) is
-    closed, once: what is inside it was made readable to anyone."""
+    closed, once: what is inside it was made readable to anyone.
+
+    traverse_gid: a group that may pass through it (0710, its group that
+    one): the embedded database's own account, run as root, which reaches
+    its data directory below this one and can list nothing here."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    mode = stat.S_IMODE(path.stat().st_mode)
+    st = path.stat()
+    mode = stat.S_IMODE(st.st_mode)
+    if traverse_gid is not None and st.st_gid == traverse_gid and mode & 0o077 == 0o010:
+        return path
     if mode & 0o077:
         path.chmod(mode & 0o700)
     return path
 
 
 def create_private(path: Path) -> bool:
-    """Make an empty 0600 file at `path` unless one is there; True if made.
-    SQLite then opens it, and makes its -wal and -shm files with its mode."""
+    """Make an empty 0600 file at `path` unless one is there; True if made."""
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:

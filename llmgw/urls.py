@@ -1,12 +1,19 @@
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from llmgw import embedded_db
 from llmgw.accounts.views import TokenView, throttled_login
 from llmgw.console.urls import admin_urlpatterns as console_admin
 from llmgw.inventory.api.urls import agent_urlpatterns
 from llmgw.metrics import views as metrics
+
+# The admin index says which database the control plane runs on.
+admin.site.index_title = "Site administration · database: " + embedded_db.describe(
+    settings.DATABASES["default"], settings.DATABASE_EMBEDDED
+)
 
 urlpatterns = [
     path(

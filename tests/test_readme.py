@@ -1,7 +1,7 @@
 """Every command the README shows, run against the demo it describes.
 
 `deploy/demo.sh` (what `make demo` runs) is started as a new user would
-start it: the embedded default (SQLite, in-process tasks), this machine's
+start it: the embedded default (its own PostgreSQL, in-process tasks), this machine's
 real agent, the simulated fleet and the tiny model held on real parts. Each
 shell command in the README's code blocks is then run as written, and the
 claim the README makes beside it is checked. A command the README gains
@@ -25,6 +25,8 @@ from typing import Any
 import httpx
 import pytest
 
+from llmgw import embedded_db
+from tests.embedded import reachable
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,7 +115,7 @@ def _wait(what: str, check: Callable[[], bool], seconds: float, log: Path) -> No
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    data = tmp_path_factory.mktemp("demo")
+    data = reachable(tmp_path_factory.mktemp("demo"))
     port = free_port()
     env = {
         k: v
@@ -165,6 +167,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         shards = os.path.realpath(data / "agent" / "shards") + os.sep
         left = [pid for pid in _pids() if (_stdout(pid) or "").startswith(shards)]
         assert not left, f"the demo's engines outlived it: pids {left}"
+        assert not embedded_db.is_running(data), "the demo's database outlived it"
 
 
 def _pids() -> list[int]:

@@ -41,7 +41,7 @@ def in_own_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 def checked_out_elsewhere() -> int:
     """Pooled connections held by threads other than this one (0 before
-    the pool exists, or on SQLite)."""
+    the pool exists)."""
     if "django.db" not in sys.modules:
         return 0
     from django.db import DEFAULT_DB_ALIAS, connections

@@ -162,11 +162,6 @@ FROM {Node._meta.db_table} n WHERE n.id = ANY(%s) AND n.revoked_at IS NULL
 def _current_and_pending(ids: set[int]) -> tuple[dict[int, str], set[int]]:
     """Of these nodes, the credential digest of each not revoked, and those
     with a command pending (a revoked node's do not matter: it is gone)."""
-    if connection.vendor != "postgresql":  # SQLite has no arrays: one process, few streams
-        nodes = Node.objects.filter(pk__in=ids, revoked_at=None)
-        commands = AgentCommand.objects.filter(node_id__in=ids, state=CommandState.PENDING)
-        pending = set(commands.values_list("node_id", flat=True).distinct())
-        return dict(nodes.values_list("pk", "credential_hash")), pending
     with connection.cursor() as cursor:
         cursor.execute(DUE, [CommandState.PENDING, list(ids)])
         rows = cursor.fetchall()

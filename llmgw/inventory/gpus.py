@@ -89,9 +89,6 @@ def _save(gpus: list[Gpu], fields: set[str] | tuple[str, ...]) -> None:
     # One statement for all the cards, whatever their number.
     if not gpus or not fields:
         return
-    if connection.vendor != "postgresql":
-        Gpu.objects.bulk_update(gpus, sorted(fields))
-        return
     _update_from_values(gpus, sorted(fields))
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -138,10 +138,7 @@ def store_batch(beats: Sequence[Incoming]) -> list[dict[str, Any] | Durable | No
     prepared = [_prepare(name, digest, data, at) for name, digest, data, at in beats]
     columns = [column for section in sections.registered() for column in section.columns]
     returned = [*_RETURNING, *columns]
-    if connection.vendor == "postgresql":
-        rows = heartbeat_batch.update([beat for beat, _ in prepared], returned)
-    else:
-        rows = {beat.name: _update_one(beat, returned) for beat, _ in prepared}
+    rows = heartbeat_batch.update([beat for beat, _ in prepared], returned)
     answers: list[dict[str, Any] | Durable | None] = []
     for (beat, digests), (_, _, data, _) in zip(prepared, beats, strict=True):
         row = rows.get(beat.name)
@@ -178,8 +175,7 @@ def _settle(
     digests: dict[str, str],
     now: datetime,
 ) -> dict[str, Any] | Durable:
-    # registered_at comes back unconverted (a string on SQLite): only
-    # whether it is null matters.
+    # Only whether registered_at is null matters.
     name, pk, state, registered_at, desired, desired_digest = row[: len(_RETURNING)]
     stored = dict(zip(columns, row[len(_RETURNING) :], strict=True))
     changed = {column: d for column, d in digests.items() if d != stored[column]}
@@ -202,58 +198,6 @@ def _settle(
 
 # Read back with every heartbeat, before the sections' digest columns.
 _RETURNING = ("name", "id", "state", "registered_at", "desired", "desired_digest")
-
-
-def _update_one(beat: heartbeat_batch.Beat, returned: list[str]) -> tuple[Any, ...] | None:
-    """The embedded database's path (SQLite): the node row's UPDATE ...
-    RETURNING, then its filesystems' free space."""
-    where = {"name": beat.name, "credential_hash": beat.credential_hash, "revoked_at": None}
-    row = _update_returning(beat.fields, where, returned)
-    if row is not None and beat.desired_digest and beat.desired_digest == row[5]:
-        row = (*row[:4], None, *row[5:])  # as heartbeat_batch answers: held already
-    if row is not None:
-        for mount, size in beat.free or ():
-            Filesystem.objects.filter(node_id=row[1], mount=mount).update(
-                free_bytes=size, reported_at=beat.at
-            )
-    return row
-
-
-def _update_returning(
-    fields: dict[str, Any], where: dict[str, Any], returned: list[str]
-) -> tuple[Any, ...] | None:
-    """UPDATE ... RETURNING, which the ORM cannot say: the row's identity,
-    state and stored digests come back with the write. Values are prepared
-    by the model's own fields (JSON, time zones), so this is the SQL that
-    QuerySet.update() would send, plus its RETURNING clause."""
-    quote = connection.ops.quote_name
-    opts = Node._meta
-    sets, params = [], []
-    for name, value in fields.items():
-        field = opts.get_field(name)
-        if isinstance(value, F):
-            # Another column as it was before this UPDATE: SQLite evaluates
-            # every SET expression against the old row.
-            sets.append(f"{quote(field.column)} = {quote(opts.get_field(value.name).column)}")
-            continue
-        sets.append(f"{quote(field.column)} = %s")
-        params.append(field.get_db_prep_save(value, connection))
-    conditions = []
-    for name, value in where.items():
-        field = opts.get_field(name)
-        if value is None:
-            conditions.append(f"{quote(field.column)} IS NULL")
-        else:
-            conditions.append(f"{quote(field.column)} = %s")
-            params.append(field.get_db_prep_value(value, connection))
-    returning = [quote(opts.get_field(name).column) for name in returned]
-    sql = (
-        f"UPDATE {quote(opts.db_table)} SET {', '.join(sets)} "
-        f"WHERE {' AND '.join(conditions)} RETURNING {', '.join(returning)}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
 
 
 @transaction.atomic

@@ -121,8 +121,8 @@ def silent_before(interval_s: int, now: datetime, hearing: Hearing) -> datetime 
 
 def ready_q(now: datetime, hearing: Hearing) -> Q:
     """is_ready in SQL. One term per interval in use (a fleet has one or
-    two), so the same query works on PostgreSQL and SQLite, without
-    interval arithmetic."""
+    two): a plain comparison of each, without interval arithmetic in
+    SQL."""
     intervals = Node.objects.order_by().values_list("heartbeat_interval_s", flat=True).distinct()
     fresh = Q(pk__in=[])
     for s in intervals:

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from llmgw.catalog.models import Engine
 from llmgw.database import prepared
@@ -63,28 +63,27 @@ SHARD_COLUMNS = (
     "node_id replica_id rank gpu_indices generation env "
     "model source engine engine_version args cpu_cores model_path"
 ).split()
-# JSON columns come back as text from both databases.
+# JSON columns may come back as text from a raw cursor.
 JSON_COLUMNS = ("gpu_indices", "env", "args")
-# Node keys per statement: SQLite's default bound on parameters is lower.
+# Node keys per statement: each statement's parameter list stays small.
 READ_CHUNK = 900
 
 
 def _shards(ids: list[int]) -> tuple[list[dict[str, Any]], list[str] | None]:
-    """The nodes' shards as rows of SHARD_COLUMNS, and on PostgreSQL the
-    engine catalog's versions as read with them (None: not read)."""
-    versioned = connection.vendor == "postgresql"
-    sql = WITH_VERSIONS if versioned else SHARDS
+    """The nodes' shards as rows of SHARD_COLUMNS, and the engine
+    catalog's versions as read with them (None: not read)."""
     rows, versions = [], None
     with prepared.cursor() as cursor:
         for start in range(0, len(ids), READ_CHUNK):
             chunk = ids[start : start + READ_CHUNK]
             # replace, not format: the versions' SQL has braces of its own.
-            cursor.execute(sql.replace("{nodes}", ", ".join(["%s"] * len(chunk))), chunk)
+            cursor.execute(
+                WITH_VERSIONS.replace("{nodes}", ", ".join(["%s"] * len(chunk))), chunk
+            )
             for values in cursor.fetchall():
-                if versioned:
-                    versions, values = values[0], values[1:]
-                    if values[0] is None:
-                        continue  # the LEFT JOIN's row: no shard here
+                versions, values = values[0], values[1:]
+                if values[0] is None:
+                    continue  # the LEFT JOIN's row: no shard here
                 row = dict(zip(SHARD_COLUMNS, values, strict=True))
                 for column in JSON_COLUMNS:
                     if isinstance(row[column], str):
@@ -181,10 +180,7 @@ class Catalog:
 
     def current(self, versions: list[str] | None = None) -> Kept:
         """The engine catalog as stored now (shared: read, never changed);
-        `versions`: VERSIONS as just read, else read here. The embedded
-        database keeps nothing: each call reads it again."""
-        if connection.vendor != "postgresql":
-            return Kept((), list(Engine.objects.all()), {})
+        `versions`: VERSIONS as just read, else read here."""
         if versions is None:
             with prepared.cursor() as cursor:
                 cursor.execute(VERSIONS)
@@ -253,15 +249,6 @@ WRITE_CHUNK = 2_000
 def _write(docs: dict[int, tuple[str, str | None]]) -> None:
     """Each node's document as JSON text, with an NVIDIA driver and without
     (None: the same)."""
-    if connection.vendor != "postgresql":
-        drivers = dict(Node.objects.filter(pk__in=list(docs)).values_list("pk", "nvidia_driver"))
-        for pk, driver in drivers.items():
-            gpu, bare = docs[pk]
-            text = gpu if driver or bare is None else bare
-            Node.objects.filter(pk=pk).update(
-                desired=json.loads(text), desired_digest=_digest_of(text)
-            )
-        return
     items = list(docs.items())
     if not items:
         return

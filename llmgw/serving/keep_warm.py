@@ -12,7 +12,7 @@ changing whole, as it does while it joins.
 
 Started by the ASGI lifespan (uvicorn sends it; servers that do not, and
 tests calling the application, read the fleet when first asked, as
-before). SQLite has no log to follow: nothing is kept there.
+before).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import logging
 import threading
 from typing import Any
 
-from django.db import connection, connections
+from django.db import connection
 
 from llmgw.serving import warm, warm_sql
 
@@ -49,8 +49,6 @@ def _keep(stop: threading.Event) -> None:
 
 def start() -> threading.Event | None:
     """Keep this process's fleet warm until the event returned is set."""
-    if connections["default"].vendor != "postgresql":
-        return None
     stop = threading.Event()
     threading.Thread(target=_keep, args=(stop,), name="keep-warm-fleet", daemon=True).start()
     return stop
@@ -84,7 +82,7 @@ def keep(fleet: warm.WarmFleet) -> None:
     while a fleet joins, its fabrics are mapped again and again, and a
     whole read at each look (7-11 s of CPU under load) starved the
     joining nodes' heartbeats until they lapsed."""
-    if connection.vendor != "postgresql" or connection.in_atomic_block:
+    if connection.in_atomic_block:
         return
     with fleet.lock:
         quiet = fleet.quiet_from

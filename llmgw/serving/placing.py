@@ -31,7 +31,7 @@ from llmgw.placement.snapshot import profile_view
 from llmgw.placement.types import Decision, Explanation, Placement, Rejection
 from llmgw.serving import checked, desired, storing, warm
 from llmgw.serving.choices import ReplicaState
-from llmgw.serving.models import GpuClaim, PlacementRecord, Replica, Shard
+from llmgw.serving.models import PlacementRecord, Replica, Shard
 
 _LOCK_KEY = 0x6C6C6D67  # "llmg"
 
@@ -140,8 +140,7 @@ def _place_once(names: list[str], hold: bool) -> list[tuple[Replica | None, Plac
                     out.append((replica, result, held))
                 if wants:
                     desired.rebuild(list(wants))
-                if wants and connection.vendor == "postgresql":
-                    # (SQLite, one process, reads the fleet whole each time.)
+                if wants:
                     named = {pk: fleet.views[pk].name for pk in wants if pk in fleet.views}
                     checked.check(wants, named, xmax, xip, warm.WarmFleet._deadline)
         except checked.Changed as changed:
@@ -194,14 +193,10 @@ def _place_one(
 
 def _catalog(model_name: str, hold: bool = False) -> tuple[Model, list[Profile]]:
     """The model and its profiles in one plain query: the ORM compiling a
-    select_related one cost a millisecond of CPU on every placement. On
-    PostgreSQL the same statement takes placement's lock: a round trip of
-    its own was a tenth of a placement. `hold`: and the model's row lock
-    (SQLite's transactions lock the whole database from their start)."""
-    if connection.vendor == "postgresql":
-        rows = _rows(HOLDING_CATALOG if hold else LOCKING_CATALOG, [_LOCK_KEY, model_name])
-    else:
-        rows = _rows(CATALOG, [model_name])
+    select_related one cost a millisecond of CPU on every placement. The
+    same statement takes placement's lock: a round trip of
+    its own was a tenth of a placement. `hold`: and the model's row lock."""
+    rows = _rows(HOLDING_CATALOG if hold else LOCKING_CATALOG, [_LOCK_KEY, model_name])
     if not rows:
         raise placement.PlacementError(f"no model named {model_name!r} in the catalog")
     kept = _BUILT.get(model_name)
@@ -260,7 +255,6 @@ ORDER BY p.priority DESC, p.name
 """
 
 
-CATALOG = _catalog_sql(locking=False)
 LOCKING_CATALOG = _catalog_sql(locking=True)
 HOLDING_CATALOG = _catalog_sql(locking=True, hold=True)
 
@@ -273,7 +267,7 @@ def _rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
 
 def _instance(model: type[Any], values: tuple[Any, ...]) -> Any:
     """A model instance from its columns' raw values, converted as the
-    ORM's own queries convert them (JSON text, SQLite's dates)."""
+    ORM's own queries convert them (JSON text)."""
     fields = model._meta.concrete_fields
     converted = []
     for field, value in zip(fields, values, strict=True):
@@ -315,36 +309,9 @@ def _store(
         for rank, s in enumerate(decision.shards)
     ]
     pks = [nodes[s.node] for s in decision.shards]
-    if connection.vendor == "postgresql":
-        record = PlacementRecord(model=model, placed=True, explanation=data)
-        counts = storing.store(replica, shards, record, hold)
-        return replica, Held(*counts) if counts else None, pks
-    replica.save()
-    _record(model, replica, data)
-    # One INSERT for the shards and one for all their claims.
-    shards = Shard.objects.bulk_create(shards)
-    GpuClaim.objects.bulk_create(
-        GpuClaim(shard=shard, node_id=shard.node_id, index=i)
-        for shard, s in zip(shards, decision.shards, strict=True)
-        for i in s.gpu_indices
-    )
-    return replica, _hold(model.pk) if hold else None, pks
-
-
-def _hold(model_pk: int) -> Held:
-    """always_running raised to the replicas that run, as storing.store
-    does in its statement on PostgreSQL; under_load is a ceiling at or
-    above it (set_counts), so it rises too unless unset (0). A row of its
-    own: the catalog's instances are kept between placements (_BUILT)."""
-    model = Model.objects.get(pk=model_pk)
-    before = model.always_running
-    live = model.replicas.exclude(state__in=(ReplicaState.FAILED, ReplicaState.LOST)).count()
-    if live <= before:
-        return Held(before, before)
-    model.always_running = live
-    model.under_load = max(model.under_load, live) if model.under_load else 0
-    model.save(update_fields=["always_running", "under_load", "updated_at"])
-    return Held(before, live)
+    record = PlacementRecord(model=model, placed=True, explanation=data)
+    counts = storing.store(replica, shards, record, hold)
+    return replica, Held(*counts) if counts else None, pks
 
 
 def _judge_now(model_name: str, data: dict[str, Any]) -> tuple[Rejection, ...]:

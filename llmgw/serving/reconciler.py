@@ -85,10 +85,7 @@ def reconciling(model: Model) -> Iterator[bool]:
     count and the placements now happen under a PostgreSQL advisory lock
     that a second reconciler does not wait for (the first is doing the
     work). A session lock, not a transaction: each placement commits on its
-    own, as it always has. The embedded default runs one worker."""
-    if connection.vendor != "postgresql":
-        yield True
-        return
+    own, as it always has."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [MODEL_LOCK, model.pk])
         held = bool(cursor.fetchone()[0])

@@ -30,8 +30,7 @@ index whole: the log's cursor moves only with a look that succeeded. And
 the database has the last word: each decision is checked against its
 nodes' rows, locked, before it commits (serving.checked); the unique
 (node, index) claim refuses a card handed out twice. A stale index makes a
-placement slower, never wrong. SQLite (the embedded default, one process)
-has no log: there the fleet is read whole each time.
+placement slower, never wrong.
 """
 
 from __future__ import annotations
@@ -136,8 +135,6 @@ class WarmFleet:
         `writing`: the caller's transaction goes on to write what it
         decides (own_xid is then its id). Not `whole`: None, and the index
         dropped, where the fleet would have to be read whole."""
-        if connection.vendor != "postgresql":
-            return Inventory(node_views())
         started = time.monotonic()
         before = (self.loads, self.reads, self.rebuilds)
         try:
@@ -219,7 +216,7 @@ class WarmFleet:
         that read kept every other placer of the model waiting until their
         statement timeouts failed them, and the fleet's heartbeats starved
         behind it on the same cores."""
-        if connection.vendor != "postgresql" or connection.in_atomic_block:
+        if connection.in_atomic_block:
             return
         with self.lock:
             self.current()
@@ -231,17 +228,12 @@ class WarmFleet:
     def exact(self) -> Inventory:
         """The index as the database has it now: what explain judges on.
         The caller holds `lock`."""
-        if connection.vendor != "postgresql":
-            return Inventory(node_views())
         inventory = self.current()
         # Inside a transaction that changed nodes itself, as it sees them.
         return self.private() if self.own or self.own_whole else inventory
 
     def views_of(self, names: Iterable[str]) -> list[NodeView]:
         """These nodes' views as last read (after exact(): as stored now)."""
-        if connection.vendor != "postgresql":
-            wanted = set(names)
-            return [v for v in node_views() if v.name in wanted]
         return [
             self.own_views.get(n) or self.views[self.pk_by_name[n]]
             for n in names

@@ -25,9 +25,11 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from llmgw import embedded_db
 from llmgw.catalog.models import Model
 from llmgw.serving import keys
 from llmgw.serving.models import ApiKey
+from tests.embedded import reachable
 from tests.tokens import make_token
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -398,25 +400,36 @@ def wait_for(condition: Callable[[], bool], seconds: float) -> bool:
 
 # -- secret files 0600 from creation ---------------------------------------
 
+# One chmod is allowed: run as root, the data directory is opened to the
+# embedded database's own account (0710: it passes through, lists nothing).
+# Every other chmod would be a file made open and closed afterwards.
 _NO_CHMOD = (
     "import os, pathlib\n"
+    "chmod = os.chmod\n"
     "def refuse(*a, **k):\n"
+    "    if len(a) == 2 and isinstance(a[0], pathlib.Path) and a[1] == 0o710 and os.geteuid() == 0:\n"
+    "        return chmod(*a, **k)\n"
     "    raise AssertionError(f'chmod after creation: {a}')\n"
     "os.chmod = os.fchmod = os.lchmod = pathlib.Path.chmod = refuse\n"
 )
 
 
 def run_embedded(data: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """`script` on the embedded default in `data`; its database is stopped after."""
+    reachable(data.parent)
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env |= {"LLMGW_DATA_DIR": str(data), "DJANGO_SETTINGS_MODULE": "llmgw.settings"}
-    return subprocess.run(
-        [sys.executable, "-c", _NO_CHMOD + "import django; django.setup()\n" + script],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", _NO_CHMOD + "import django; django.setup()\n" + script],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    finally:
+        embedded_db.stop(data)
 
 
 def mode(path: Path) -> str:
@@ -433,11 +446,15 @@ def test_the_embedded_data_and_every_secret_in_it_are_private_from_creation(tmp_
         f"call_command('bootstrap_admin', cli_config=pathlib.Path({str(cli)!r}))\n",
     )
     assert out.returncode == 0, out.stderr
-    assert mode(data) == "0o700"
-    for name in ("llmgw.sqlite3", "secret_key", "cli.yaml"):
+    if os.geteuid() == 0:
+        # The embedded database's own account passes through to its directory.
+        assert mode(data) == "0o710"
+        assert data.stat().st_gid == embedded_db.server_account().pw_gid
+    else:
+        assert mode(data) == "0o700"
+    assert mode(data / "postgres") == "0o700"
+    for name in ("secret_key", "cli.yaml", "postgres.lock"):
         assert mode(data / name) == "0o600", name
-    for extra in data.glob("llmgw.sqlite3-*"):
-        assert mode(extra) == "0o600", extra.name
 
 
 def test_bootstrap_replaces_an_open_cli_config_with_a_private_one(tmp_path):

@@ -31,8 +31,6 @@ def _waiting_for_a_lock(pid: int) -> bool:
 
 
 def test_a_rewrite_of_many_nodes_waits_for_a_batch_instead_of_deadlocking(make_node):
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks are PostgreSQL's")
     # Keys in the opposite order to names: an UPDATE led by its plan (key
     # order here) and a batch led by names would lock them crosswise.
     names = [f"gpu-{i}" for i in reversed(range(6))]

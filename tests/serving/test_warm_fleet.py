@@ -6,14 +6,10 @@ by the very next placement."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 from django.db import connection, transaction
@@ -329,51 +325,6 @@ def test_a_joining_node_is_read_alone_and_own_decisions_are_kept(dgx, make_node,
     assert placing.dry_run("whole").decision is None  # seven cards free, not eight
     assert warm.FLEET.loads == loads
     assert [warm.FLEET.views[pk].name for pk in warm.FLEET.order] == ["cpu-0", "cpu-2", "dgx-1"]
-
-
-EMBEDDED = """
-import django; django.setup()
-from django.core.management import call_command
-from django.utils import timezone
-call_command('migrate', verbosity=0)
-from llmgw.catalog import services as catalog
-from llmgw.inventory.models import Node
-from llmgw.serving import placing
-for name, gib in (('big', 64), ('small', 8)):
-    Node.objects.create(name=name, state='Ready', last_heartbeat_at=timezone.now(),
-                        cpus=16, memory_total_bytes=gib * 2**30)
-catalog.apply_text('''
-models:
-  - name: m
-    source: hf://x/m
-    profiles:
-      - name: cpu
-        memory_gb: 20
-        cpu_cores: 2
-''')
-replica, _ = placing.place_replica('m')
-assert replica.shards.get().node.name == 'big'
-text = placing.explain('m')['text']
-assert 'small has 8' in text and 'of memory, none of it claimed, needs 20' in text, text
-print('ok')
-"""
-
-
-@pytest.mark.django_db(transaction=False)
-def test_the_embedded_default_reads_the_fleet_whole_and_explains(tmp_path):
-    """SQLite (one process, no change log): the fleet is read whole for
-    each decision and each explanation, and both still work."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    out = subprocess.run(
-        [sys.executable, "-c", EMBEDDED],
-        env={**env, "LLMGW_DATA_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "llmgw.settings"},
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
 
 
 def test_a_fabric_seen_again_or_failing_a_sweep_is_not_a_change_of_the_fleet(dgx):

@@ -8,7 +8,7 @@ hold's drain progress, rewritten every reconciler tick, must not make
 every worker read the fleet again: so only inserts, deletes and changes
 of what placement reads (domain, reason, drain; domain, watts) are noted.
 The function checks that the log exists, so this migration does not
-depend on serving's, and does nothing where there is no log (SQLite).
+depend on serving's.
 """
 
 from django.db import migrations
@@ -26,8 +26,6 @@ TABLES = {"facility_hold": ("domain", "reason", "drain"), "facility_budget": ("d
 
 
 def install(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     schema_editor.execute(FUNCTION)
     for table, columns in TABLES.items():
         old = ", ".join(f"OLD.{c}" for c in columns)
@@ -43,8 +41,6 @@ def install(apps, schema_editor):
 
 
 def remove(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     for table in TABLES:
         schema_editor.execute(f"DROP TRIGGER IF EXISTS {table}_rows ON {table}")
         schema_editor.execute(f"DROP TRIGGER IF EXISTS {table}_update ON {table}")

@@ -17,8 +17,6 @@ fleet (a fabric map, a physical fabric, a profile's declared claims, a
 facility hold or power budget). Measured power, which changes with every
 reading, is not logged: warm.py reads it again on a timer for the nodes
 in a capped domain, the only ones whose placement it moves.
-SQLite (the embedded default, one process) has no log: placement there
-reads the fleet whole each time, as it always did.
 """
 
 from django.db import migrations
@@ -134,13 +132,11 @@ def remove_sql() -> str:
 
 
 def install(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(install_sql())
+    schema_editor.execute(install_sql())
 
 
 def remove(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(remove_sql())
+    schema_editor.execute(remove_sql())
 
 
 class Migration(migrations.Migration):

@@ -32,13 +32,11 @@ def _create(columns: list[str]) -> str:
 
 
 def install(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(_create(NODE_COLUMNS))
+    schema_editor.execute(_create(NODE_COLUMNS))
 
 
 def remove(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(_create(NODE_COLUMNS + WEAR))
+    schema_editor.execute(_create(NODE_COLUMNS + WEAR))
 
 
 class Migration(migrations.Migration):

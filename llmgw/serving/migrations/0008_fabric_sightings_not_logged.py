@@ -36,15 +36,13 @@ def _create(table: str, columns: list[str] | None) -> str:
 
 
 def install(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        for table, columns in TABLES.items():
-            schema_editor.execute(_create(table, columns))
+    for table, columns in TABLES.items():
+        schema_editor.execute(_create(table, columns))
 
 
 def remove(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        for table in TABLES:
-            schema_editor.execute(_create(table, None))
+    for table in TABLES:
+        schema_editor.execute(_create(table, None))
 
 
 class Migration(migrations.Migration):
