@@ -9,7 +9,7 @@ import os
 FIGURES: list[str] = []
 
 # LLMGW_RELIABILITY=full (make test-reliability): the outages and the load
-# the README states. short (the default, in make test): the same scenarios
+# docs/reliability.md states. short (the default, in make test): the same scenarios
 # with shorter outages and less load, so the whole suite stays quick.
 FULL = os.environ.get("LLMGW_RELIABILITY", "short") == "full"
 
