@@ -46,13 +46,14 @@ fmt: venv-test
 	$(BIN)/ruff format .
 
 # The suite runs on PostgreSQL and Redis: the one DATABASE_URL names (CI:
-# this machine's), else the embedded one in var/test, started for the run
-# and stopped after it. tests/test_embedded.py proves the embedded default
-# of a fresh data directory, in a subprocess of its own.
-TEST_DATA = $(CURDIR)/var/test
+# this machine's), else the embedded one in test-artifacts/, started for the
+# run and stopped after it (not in var/: the demo's data stays the demo's).
+# tests/test_embedded.py proves the embedded default of a fresh data
+# directory, in a subprocess of its own.
+TEST_DATA = $(CURDIR)/test-artifacts/embedded-db
 pytest: venv-test services
 	$(BIN)/python manage.py collectstatic --noinput -v0
-	@if [ -n "$(DATABASE_URL)" ]; then url="$(DATABASE_URL)"; stop=true; \
+	@mkdir -p test-artifacts; if [ -n "$(DATABASE_URL)" ]; then url="$(DATABASE_URL)"; stop=true; \
 	  else url=$$($(BIN)/python -m llmgw.embedded_db start $(TEST_DATA)) || exit 1; \
 	  stop="$(BIN)/python -m llmgw.embedded_db stop $(TEST_DATA)"; fi; \
 	DATABASE_URL=$$url REDIS_URL=$(REDIS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest $(PYTEST_ARGS); \

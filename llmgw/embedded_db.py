@@ -23,6 +23,7 @@ import fcntl
 import importlib.util
 import os
 import pwd
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,15 +45,17 @@ def pgdata(data_dir: Path) -> Path:
     return data_dir / "postgres"
 
 
-def server_account() -> pwd.struct_passwd | None:
+def server_account(create: bool = True) -> pwd.struct_passwd | None:
     """The account the server runs as when this process is root (made on
-    first use), None otherwise: the server then runs as this account."""
+    first use unless not `create`), None otherwise: the server then runs as
+    this account."""
     if os.geteuid() != 0:
         return None
     try:
         return pwd.getpwnam(SERVER_ACCOUNT)
     except KeyError:
-        pass
+        if not create:
+            return None
     made = subprocess.run(
         ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_ACCOUNT],
         capture_output=True,
@@ -145,15 +148,19 @@ def start(data_dir: Path) -> dict[str, str]:
     with os.fdopen(os.open(data_dir / "postgres.lock", os.O_RDWR | os.O_CREAT, 0o600)) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (data / "PG_VERSION").exists():
-            data.mkdir(mode=0o700, exist_ok=True)
+            # Made beside it and renamed whole: an initdb cut short leaves
+            # no directory that a later start would take for a database.
+            new = data.with_name("postgres.new")
+            shutil.rmtree(new, ignore_errors=True)
+            new.mkdir(mode=0o700)
             if account is not None:
-                os.chown(data, account.pw_uid, account.pw_gid)
+                os.chown(new, account.pw_uid, account.pw_gid)
             _check(
                 _run(
                     [
                         _bin("initdb"),
                         "-D",
-                        str(data),
+                        str(new),
                         "-U",
                         USER,
                         "--auth=trust",
@@ -164,6 +171,9 @@ def start(data_dir: Path) -> dict[str, str]:
                 ),
                 "initdb",
             )
+            if data.exists():
+                data.rmdir()  # an empty one, left by an earlier version of this
+            new.rename(data)
         if not is_running(data_dir):
             _check(
                 _run(

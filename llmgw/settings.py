@@ -23,8 +23,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env.string("LLMGW_DATA_DIR", str(BASE_DIR / "var")) or "").resolve()
 DATABASE_URL = env.url("DATABASE_URL", ("postgres", "postgresql"))
 # Run as root, the embedded database runs as an account of its own, which
-# must pass through the data directory to its own below it.
-_DB_ACCOUNT = None if DATABASE_URL else embedded_db.server_account()
+# must pass through the data directory to its own below it: kept so even
+# by a process on DATABASE_URL that shares the data directory.
+_DB_ACCOUNT = embedded_db.server_account(create=not DATABASE_URL)
 
 
 def _data_dir() -> Path:

@@ -73,11 +73,16 @@ def run(data: Path, script: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def server_log(data: Path) -> str:
+    log = data / "postgres" / "server.log"
+    return "\n--- server.log\n" + log.read_text()[-3000:] if log.exists() else ""
+
+
 def test_the_embedded_default_starts_migrates_places_and_explains(tmp_path):
     data = reachable(tmp_path) / "var"
     try:
         out = run(data, SCRIPT)
-        assert out.returncode == 0, out.stderr
+        assert out.returncode == 0, out.stdout + out.stderr + server_log(data)
         # The connection went to the server's socket in the data directory.
         assert out.stdout.split()[0] == str(data / "postgres")
         assert (data / "postgres" / "PG_VERSION").exists()
@@ -93,6 +98,24 @@ def test_the_embedded_default_starts_migrates_places_and_explains(tmp_path):
     finally:
         embedded_db.stop(data)
     assert not embedded_db.is_running(data)
+    if os.geteuid() == 0:
+        # A process on DATABASE_URL that shares the data directory leaves it
+        # open to the server's account: closed, the next start would fail.
+        assert oct(data.stat().st_mode & 0o777) == "0o710"
+        shared = subprocess.run(
+            [sys.executable, "-c", "import django; django.setup()"],
+            env={
+                **os.environ,
+                "LLMGW_DATA_DIR": str(data),
+                "DJANGO_SETTINGS_MODULE": "llmgw.settings",
+            },
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert shared.returncode == 0, shared.stderr
+        assert oct(data.stat().st_mode & 0o777) == "0o710"
     assert oct((data / "secret_key").stat().st_mode & 0o777) == "0o600"
 
 
