@@ -4,6 +4,7 @@ SQLite default, in a subprocess of its own."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -11,7 +12,37 @@ from typing import Any
 
 import pytest
 
+from tests import tiers
 from tests.threads import checked_out_elsewhere
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "server: starts a server or a subprocess (make check leaves it out)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.mark(items)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def few_rounds_password_hashing() -> Any:
+    """Passwords hashed with fewer rounds (tests/hashers.py): the same
+    algorithm, checked the same way, at a thousandth of the CPU."""
+    from django.test.utils import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["tests.hashers.FewRoundsPBKDF2"]):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def no_servers_in_fast_tier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """make check (LLMGW_NO_SERVERS=1) fails a test that starts a process or a
+    server without being marked so (tests/tiers.py)."""
+    if os.environ.get("LLMGW_NO_SERVERS") == "1" and not request.node.get_closest_marker("server"):
+        tiers.guard(request.node, monkeypatch)
+    yield
 
 
 @pytest.fixture(autouse=True)
