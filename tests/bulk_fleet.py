@@ -58,7 +58,10 @@ def _node(i: int, now: Any) -> Any:
         }
     return Node(
         name=name_of(i),
-        state=NodeState.READY,
+        # A silent node as the staleness pass left it: a control plane that
+        # could hear it marked it NotReady (llmgw.inventory.readiness counts
+        # silence from when hearing resumed only for nodes still stored Ready).
+        state=NodeState.NOT_READY if is_silent(i) else NodeState.READY,
         simulated=True,
         agent_labels={
             "llmgw.io/site": "fra1",
