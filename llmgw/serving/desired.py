@@ -77,9 +77,7 @@ def _shards(ids: list[int]) -> tuple[list[dict[str, Any]], list[str] | None]:
         for start in range(0, len(ids), READ_CHUNK):
             chunk = ids[start : start + READ_CHUNK]
             # replace, not format: the versions' SQL has braces of its own.
-            cursor.execute(
-                WITH_VERSIONS.replace("{nodes}", ", ".join(["%s"] * len(chunk))), chunk
-            )
+            cursor.execute(WITH_VERSIONS.replace("{nodes}", ", ".join(["%s"] * len(chunk))), chunk)
             for values in cursor.fetchall():
                 versions, values = values[0], values[1:]
                 if values[0] is None:
