@@ -17,7 +17,7 @@ transaction that changed them has committed before this read's snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import datetime
 
 from django.utils import timezone
@@ -66,7 +66,7 @@ def check(
     names: dict[int, str],
     xmax: str,
     xip: Collection[str],
-    deadline: object,
+    deadline: Callable[[str, datetime | None, int, datetime], datetime | None],
 ) -> None:
     """Raise Changed unless every node in `wants` (node pk -> the memory
     and cores this transaction's decisions claim there) is as the look at
@@ -83,7 +83,7 @@ def check(
         want_mem, want_cores = wants[pk]
         if logged:
             why.append(f"{name} changed since placement looked")
-        elif deadline(state, at, every, now) is None:  # type: ignore[operator]
+        elif deadline(state, at, every, now) is None:
             why.append(f"{name} is no longer Ready")
         elif want_mem and total is not None and memory > total:
             why.append(f"{name} would be over-committed: {memory} bytes claimed of {total}")

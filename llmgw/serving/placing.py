@@ -106,7 +106,6 @@ def _place_once(names: list[str], hold: bool) -> list[tuple[Replica | None, Plac
     alone = not connection.in_atomic_block
     connection.ensure_connection()
     applied: list[Decision] = []
-    read: set[int] = set()
     with fleet.lock:
         try:
             with transaction.atomic():
@@ -116,13 +115,11 @@ def _place_once(names: list[str], hold: bool) -> list[tuple[Replica | None, Plac
                 # Our transaction's id, assigned by the look, names the log rows
                 # these placements write: the warm fleet skips them once committed.
                 inventory = fleet.current(writing=True)
-                if fleet.own or fleet.own_whole:
-                    # The caller's transaction changed nodes itself: its
-                    # decisions are made on the fleet as it sees it, alone.
-                    inventory, read = fleet.private(), set()
-                    shared = False
-                else:
-                    shared = True
+                # The caller's transaction changed nodes itself: its
+                # decisions are made on the fleet as it sees it, alone.
+                shared = not (fleet.own or fleet.own_whole)
+                if not shared:
+                    inventory = fleet.private()
                 xmax, xip, xid = fleet.xmax, list(fleet.xip), fleet.own_xid
                 out: list[tuple[Replica | None, Placement, Held]] = []
                 wants: dict[int, tuple[int, int]] = {}
@@ -140,20 +137,17 @@ def _place_once(names: list[str], hold: bool) -> list[tuple[Replica | None, Plac
                     out.append((replica, result, held))
                 if wants:
                     desired.rebuild(list(wants))
-                if wants:
                     named = {pk: fleet.views[pk].name for pk in wants if pk in fleet.views}
                     checked.check(wants, named, xmax, xip, warm.WarmFleet._deadline)
-        except checked.Changed as changed:
-            fleet.restore(applied, read)
-            fleet.read_again(changed.nodes)
-            raise
-        except BaseException:
-            fleet.restore(applied, read)
+        except BaseException as failed:
+            fleet.restore(applied)
+            if isinstance(failed, checked.Changed):
+                fleet.read_again(failed.nodes)
             raise
         if alone:
             fleet.committed(applied, xid)
         else:
-            fleet.restore(applied, read)
+            fleet.restore(applied)
     return out
 
 
@@ -186,7 +180,7 @@ def _place_one(
             [f"a card placement chose on {', '.join(decision.nodes)} was claimed since it looked"],
         ) from refused
     # Only once its rows are stored: the caller counts it among the
-    # decisions to forget if the transaction then fails.
+    # decisions to take out of the index if the transaction then fails.
     inventory.apply(decision)
     return replica, result, held, nodes
 

@@ -107,9 +107,6 @@ class WarmFleet:
         # transaction, or found changed by a decision's check.
         self.stale: set[int] = set()
         self.pk_by_name: dict[str, int] = {}
-        # Bumped at every look at the log: a decision made before one is
-        # not applied after it.
-        self.generation = 0
         self.looked_at = self.pruned_at = time.monotonic()
         self.rebuilds = 0
         self.loads = 0
@@ -175,7 +172,6 @@ class WarmFleet:
         if now - self.looked_at > IDLE_S:
             self.inventory = None
         self.looked_at = now
-        self.generation += 1
         if self.inventory is None:
             if not whole:
                 return None
@@ -455,15 +451,12 @@ class WarmFleet:
         if xid is not None:
             self.skip.add(xid)
 
-    def restore(self, decisions: list[Decision], read: Iterable[int] = ()) -> None:
-        """Take out of the index what never committed (or has yet to): the
-        decisions applied to it, and the nodes `read` from inside a writing
-        transaction. They read as last read outside it, and those read
-        inside are read again at the next look."""
+    def restore(self, decisions: list[Decision]) -> None:
+        """Take out of the index the decisions applied to it that never
+        committed (or have yet to): their nodes read as last read."""
         if self.inventory is None:
             return
-        pks = set(self._nodes_of(decisions)) | set(read)
-        self.stale |= set(read)
+        pks = set(self._nodes_of(decisions))
         try:
             self.inventory.replace(self.views[pk] for pk in pks if pk in self.views)
         except ValueError:
