@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import transaction
 
+from llmgw import holdings
 from llmgw.catalog.loader import CatalogError, Parsed, parse
 from llmgw.catalog.models import Engine, Model, Profile
 
@@ -53,15 +54,8 @@ def check(parsed: Parsed) -> list[str]:
 
 
 def _profiles_in_use(models: list[str]) -> dict[str, dict[str, int]]:
-    from django.db.models import Count
-
-    used: dict[str, dict[str, int]] = {}
-    rows = (
-        Profile.objects.filter(model__name__in=models).annotate(n=Count("replicas")).filter(n__gt=0)
-    )
-    for row in rows.select_related("model"):
-        used.setdefault(row.model.name, {})[row.name] = row.n
-    return used
+    # Replicas are serving's rows: it answers (llmgw/holdings.py).
+    return holdings.reader().profiles_in_use(models)
 
 
 def apply_text(text: str) -> dict[str, Any]:

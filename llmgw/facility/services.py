@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count
 
+from llmgw import holdings
 from llmgw.facility import domains, power
 from llmgw.facility.models import DRAINED, Budget, Hold
 from llmgw.inventory.models import Node
@@ -105,16 +105,8 @@ class Facility:
 def declared_by_node(only: Collection[int] | None = None) -> dict[int, float]:
     """Node pk -> watts its shards' profiles declare (profiles that say);
     every node's, or only these nodes' (by pk)."""
-    nodes = Node.objects.all() if only is None else Node.objects.filter(pk__in=list(only))
-    rows = (
-        nodes.filter(shards__replica__profile__power_w__isnull=False)
-        .values("pk", "shards__replica__profile__power_w")
-        .annotate(count=Count("shards"))
-    )
-    out: dict[int, float] = {}
-    for r in rows:
-        out[r["pk"]] = out.get(r["pk"], 0.0) + r["count"] * r["shards__replica__profile__power_w"]
-    return out
+    # Shards are serving's rows: it answers (llmgw/holdings.py).
+    return holdings.reader().declared_watts(only)
 
 
 def overview() -> dict[str, Any]:

@@ -24,8 +24,11 @@ class ServingConfig(AppConfig):
     verbose_name = "Serving"
 
     def ready(self) -> None:
+        from llmgw import holdings
         from llmgw.inventory import sections
         from llmgw.serving import reports
+        from llmgw.serving.holdings import Holdings
 
         sections.register(reports.SECTION)
+        holdings.register(Holdings())
         sections.on_registration(_rebuild_desired)
