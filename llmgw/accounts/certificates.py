@@ -22,7 +22,7 @@ from llmgw.accounts import ca
 from llmgw.accounts.ca import CAError
 from llmgw.accounts.models import NodeCertificate
 
-__all__ = ["CAError", "authenticate", "issue", "lifetime"]
+__all__ = ["CAError", "authenticate", "issue", "lifetime", "revoke"]
 
 # The CA certificate, read once per process: every authenticated request
 # checks a signature against it. Keyed by directory, so a test that makes
@@ -61,6 +61,13 @@ def issue(
         issued_by=issued_by,
     )
     return cert
+
+
+def revoke(node: str, now: datetime) -> int:
+    """Revoke the node's certificates still in force; how many were."""
+    return NodeCertificate.objects.filter(
+        node_name=node, revoked_at__isnull=True, not_after__gt=now
+    ).update(revoked_at=now)
 
 
 def authenticate(pem: str, now: datetime | None = None) -> str:

@@ -14,8 +14,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from llmgw_agent.protocol.bounds import NAME
 
-from llmgw.accounts import hashing
-from llmgw.accounts.models import NodeCertificate
+from llmgw.accounts import certificates, hashing
 from llmgw.inventory import commands, credentials, gpus, readiness, sections
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import (
@@ -139,9 +138,7 @@ def revoke_node(name: str, actor: str) -> None:
         credential_hash="", join_token_hash="", revoked_at=timezone.now(), state=NodeState.NOT_READY
     )
     # Its certificates too: a node is one identity, however it proves it.
-    revoked = NodeCertificate.objects.filter(
-        node_name=name, revoked_at__isnull=True, not_after__gt=timezone.now()
-    ).update(revoked_at=timezone.now())
+    revoked = certificates.revoke(name, timezone.now())
     _audit(name, actor, "node-revoke", f"{revoked} certificates revoked" if revoked else "")
     # Its open command streams are closed now, not at their next poll.
     transaction.on_commit(lambda: commands.close_streams(node.pk, node.credential_hash))
