@@ -29,7 +29,7 @@ from llmgw.database import prepared
 CHECK = """
 WITH unseen AS MATERIALIZED (
     SELECT node_id FROM serving_nodechange
-    WHERE (xid >= %(xmax)s::xid8 OR xid = ANY(%(xip)s::xid8[]))
+    WHERE kind = 'node' AND (xid >= %(xmax)s::xid8 OR xid = ANY(%(xip)s::xid8[]))
       AND xid <> pg_current_xact_id()
 )
 SELECT n.id,

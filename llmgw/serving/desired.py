@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from llmgw.catalog.models import Engine
 from llmgw.database import prepared
 from llmgw.inventory import desired as inventory_desired
 from llmgw.inventory.models import Node
+from llmgw.serving import followed
 
 
 def engine_specs(
@@ -67,17 +68,22 @@ JSON_COLUMNS = ("gpu_indices", "env", "args")
 READ_CHUNK = 900
 
 
-def _shards(ids: list[int]) -> tuple[list[dict[str, Any]], list[str] | None]:
-    """The nodes' shards as rows of SHARD_COLUMNS, and the engine
-    catalog's versions as read with them (None: not read)."""
-    rows, versions = [], None
+def _shards(ids: list[int]) -> tuple[list[dict[str, Any]], Check]:
+    """The nodes' shards as rows of SHARD_COLUMNS, and what the change log
+    says of the engine catalog, read with them."""
+    rows = []
+    check = Check("", None, True, False)
+    params = CATALOG.cursor.params()
     with prepared.cursor() as cursor:
         for start in range(0, len(ids), READ_CHUNK):
             chunk = ids[start : start + READ_CHUNK]
-            # replace, not format: the versions' SQL has braces of its own.
-            cursor.execute(WITH_VERSIONS.replace("{nodes}", ", ".join(["%s"] * len(chunk))), chunk)
+            # replace, not format: the log's SQL has braces of its own.
+            sql = WITH_CHANGES.replace("{nodes}", ", ".join(["%s"] * len(chunk)))
+            cursor.execute(sql, [*params, *chunk])
             for values in cursor.fetchall():
-                versions, values = values[0], values[1:]
+                if start == 0:
+                    check = Check(*values[:4])
+                values = values[4:]
                 if values[0] is None:
                     continue  # the LEFT JOIN's row: no shard here
                 row = dict(zip(SHARD_COLUMNS, values, strict=True))
@@ -85,7 +91,7 @@ def _shards(ids: list[int]) -> tuple[list[dict[str, Any]], list[str] | None]:
                     if isinstance(row[column], str):
                         row[column] = json.loads(row[column])
                 rows.append(row)
-    return rows, versions
+    return rows, check
 
 
 def shard_spec(row: dict[str, Any]) -> dict[str, Any]:
@@ -117,33 +123,39 @@ def _document(engines_text: str, shards: list[dict[str, Any]]) -> str:
     return f'{{"engines": {engines_text}, "shards": {json.dumps(shards, sort_keys=True)}}}'
 
 
-# Each engine row's version (its transaction and place on disk change with
-# every update, in this transaction or another): a process reads the
-# catalog again only when one changed, was added or went. Placement
-# rebuilds on every decision, and the catalog's package locks, tens of
-# kilobytes of JSON an engine, were read and decoded each time.
-VERSIONS = (
-    "SELECT COALESCE(array_agg(id::text || ' ' || xmin::text || ' ' || ctid::text ORDER BY id),"
-    " '{}') FROM catalog_engine"
-)
-# On PostgreSQL the engine catalog's versions come back on every row of
-# the nodes' shards (a row with no shard when the nodes have none): under
-# placement's lock a round trip of their own was a tenth of a placement.
-WITH_VERSIONS = f"""
-SELECT v.versions, s.*
-FROM (SELECT ({VERSIONS}) AS versions) AS v
+# On PostgreSQL what the change log says of the engine catalog
+# (followed.py: the snapshot, and whether an engine changed since this
+# process last checked, here or in this transaction) comes back on every
+# row of the nodes' shards (a row with no shard when the nodes have none):
+# under placement's lock a round trip of its own was a tenth of a
+# placement. Placement rebuilds on every decision, and the catalog's
+# package locks, tens of kilobytes of JSON an engine, were read and
+# decoded each time.
+WITH_CHANGES = f"""
+SELECT v.*, s.*
+FROM (SELECT {followed.SNAPSHOT}, {followed.SINCE} AS changed, {followed.OWN} AS own) AS v
 LEFT JOIN ({SHARDS}) AS s ON true
 """
+
+
+class Check(NamedTuple):
+    """The change log as read with the shards (followed.SNAPSHOT, SINCE, OWN)."""
+
+    snapshot: str
+    own_xid: str | None
+    changed: bool
+    own: bool
+
+
 # The (engine, version) pairs a node's shards ask for.
 Wanted = frozenset[tuple[str, str]]
 
 
 class Kept(NamedTuple):
-    """The catalog as read at `versions`, and each set of wanted engines
-    written from it as JSON (with an NVIDIA driver and without; None: the
-    same): one tuple, replaced whole, as threads share it."""
+    """The catalog as read, and each set of wanted engines written from it
+    as JSON (with an NVIDIA driver and without; None: the same): one
+    tuple, replaced whole, as threads share it."""
 
-    versions: Sequence[Any]
     rows: list[Engine]
     written: dict[Wanted, tuple[str, str | None]]
 
@@ -160,30 +172,47 @@ class Kept(NamedTuple):
         return written
 
 
+def read_engines() -> list[Engine]:
+    """The engine catalog as the copy holds it (followed.READERS)."""
+    return list(Engine.objects.all())
+
+
 class Catalog:
-    """This process's copy of the engine catalog and the versions it was read at."""
+    """This process's copy of the engine catalog, kept until the change
+    log has a row of kind 'engine' it has not read (followed.py)."""
 
     def __init__(self) -> None:
+        self.cursor = followed.Cursor(followed.ENGINE)
         self.clear()
 
     def clear(self) -> None:
         self.kept: Kept | None = None
+        self.cursor.reset()
 
-    def current(self, versions: list[str] | None = None) -> Kept:
+    def current(self, check: Check | None = None) -> Kept:
         """The engine catalog as stored now (shared: read, never changed);
-        `versions`: VERSIONS as just read, else read here."""
-        if versions is None:
+        `check`: the log as just read with the shards, else read here."""
+        if check is None:
             with prepared.cursor() as cursor:
-                cursor.execute(VERSIONS)
-                versions = cursor.fetchone()[0]
+                cursor.execute(CHECK, self.cursor.params())
+                check = Check(*cursor.fetchone())
         kept = self.kept
-        if kept is not None and kept.versions == versions:
+        if check.own:
+            # This transaction changed engines: read for it alone. Kept
+            # by no one: the next check, wherever it is made, reads again.
+            self.clear()
+            return Kept(read_engines(), {})
+        if kept is not None and self.cursor.fresh and not check.changed:
+            self.cursor.moved(check.snapshot, check.own_xid)
             return kept
-        # Read after the versions: at worst newer than them, read again next time.
-        kept = self.kept = Kept(versions, list(Engine.objects.all()), {})
+        # Read after the check's snapshot: at worst newer, read again next time.
+        kept = Kept(read_engines(), {})
+        self.cursor.moved(check.snapshot, check.own_xid)
+        self.kept = kept
         return kept
 
 
+CHECK = f"SELECT {followed.SNAPSHOT}, {followed.SINCE}, {followed.OWN}"
 CATALOG = Catalog()
 
 
@@ -192,19 +221,20 @@ def rebuild(node_ids: Iterable[int] | None = None) -> None:
 
     Placement calls this under its lock for every decision, so it costs
     two round trips whatever the number of nodes: their shards (each with
-    its model's path on that node) read with the engine catalog's versions
-    (the catalog itself only when they changed), and one UPDATE that picks
-    each node's document by its NVIDIA driver itself; for more than one
-    node, a third first locks their rows in name order (_write)."""
+    its model's path on that node) read with what the change log says of
+    the engine catalog (the catalog itself only when it changed), and one
+    UPDATE that picks each node's document by its NVIDIA driver itself;
+    for more than one node, a third first locks their rows in name order
+    (_write)."""
     if node_ids is None:
         ids = list(Node.objects.values_list("pk", flat=True))
     else:
         ids = sorted(set(node_ids))
     shards: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    rows, versions = _shards(ids)
+    rows, check = _shards(ids)
     for row in rows:
         shards[row["node_id"]].append(row)
-    catalog = CATALOG.current(versions)
+    catalog = CATALOG.current(check if ids else None)
     docs: dict[int, tuple[str, str | None]] = {}
     for node_id in ids:
         mine = sorted(shards[node_id], key=lambda r: (r["replica_id"], r["rank"]))

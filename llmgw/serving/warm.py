@@ -4,7 +4,8 @@ Reading the whole fleet and indexing it costs tens of milliseconds at 5,000
 nodes. A process keeps the node views and the scheduler's index instead,
 and before each use asks the database which nodes changed since it last
 looked: one indexed query on the log that PostgreSQL's triggers write
-(migrations/0006_node_changes.py) for every change placement reads,
+(migrations/0006_node_changes.py; followed.py has the rule every copy
+placement keeps follows) for every change placement reads,
 whichever process or app made it. Only those nodes are read again
 (Inventory.replace); a node that joined, left, moved in the facility tree
 or changed the weights it holds re-indexes the fleet from the views in
@@ -54,20 +55,23 @@ from llmgw.placement.scheduler import Inventory
 from llmgw.placement.snapshot import node_views
 from llmgw.placement.types import READY, Decision, NodeView
 from llmgw.serving import warm_sql
+from llmgw.serving.followed import IDLE_S, KEEP_S
 
 log = logging.getLogger("llmgw.placement")
 # A look slower than this is logged with what it read: every placer of
 # the process waits for it.
 SLOW_LOOK_S = 0.5
 
-# The log is pruned of rows older than the mark set at least KEEP_S ago
-# (every transaction below that mark had finished when it was set); a
-# process that has not looked for IDLE_S (well under KEEP_S) reads the
-# fleet whole instead of trusting a log that may have lost its rows.
-KEEP_S = 600
-IDLE_S = 300
+# The log's one freshness rule (followed.py): pruned of rows older than
+# KEEP_S, so a process that has not looked for IDLE_S reads the fleet whole.
 PRUNE_EVERY_S = 60
-# A heartbeat's interval: measured power is no fresher than that.
+# Measured power is the one thing placement reads that the log does not
+# follow: every heartbeat carries new readings, 500 a second at 5,000
+# nodes, and logging them would have every process read that many nodes
+# again each second. A heartbeat's interval: it is no fresher than that.
+# The database's check of each decision reads the readings under lock
+# (serving.checked), so a stale one costs a decision made again, never a
+# cap exceeded.
 POWER_EVERY_S = 10
 
 

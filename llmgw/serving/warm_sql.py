@@ -1,5 +1,6 @@
 """The statements the warm fleet (warm.py) runs on the log of node
-changes that PostgreSQL's triggers write (migrations/0006_node_changes.py)."""
+changes that PostgreSQL's triggers write (migrations/0006_node_changes.py):
+its rows of kind 'node' (followed.py)."""
 
 from django.db import connection
 
@@ -14,7 +15,8 @@ SELECT pg_current_snapshot()::text,
        c.id, c.node_id, c.xid::text
 FROM (SELECT 1) AS one
 LEFT JOIN serving_nodechange c
-  ON c.xid >= %s::xid8 OR c.xid = ANY(%s::xid8[]) OR c.xid = pg_current_xact_id_if_assigned()
+  ON c.kind = 'node'
+ AND (c.xid >= %s::xid8 OR c.xid = ANY(%s::xid8[]) OR c.xid = pg_current_xact_id_if_assigned())
 """
 
 
@@ -23,14 +25,15 @@ LEFT JOIN serving_nodechange c
 # other transaction does.
 START = """
 SELECT pg_current_snapshot()::text, {assign}::text,
-       ARRAY(SELECT node_id FROM serving_nodechange WHERE xid = pg_current_xact_id_if_assigned())
+       ARRAY(SELECT node_id FROM serving_nodechange
+             WHERE kind = 'node' AND xid = pg_current_xact_id_if_assigned())
 """
 
 
 WHOLE_SINCE = """
 SELECT EXISTS (
     SELECT 1 FROM serving_nodechange
-    WHERE node_id IS NULL AND (xid >= %s::xid8 OR xid = ANY(%s::xid8[]))
+    WHERE node_id IS NULL AND kind = 'node' AND (xid >= %s::xid8 OR xid = ANY(%s::xid8[]))
 )
 """
 
