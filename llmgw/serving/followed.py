@@ -45,6 +45,8 @@ class Reader(NamedTuple):
     what: str
     # "module:function": the read that fills the copy (a test runs it).
     read: str
+    # "module:name" of a dict, column -> why: read, not logged, followed otherwise.
+    otherwise: str = ""
 
 
 READERS = (
@@ -53,6 +55,7 @@ READERS = (
         "each process's warm fleet (serving.warm): the node views placement decides on, "
         "holds, caps and fabric maps included",
         "llmgw.placement.snapshot:node_views",
+        "llmgw.placement.snapshot:FOLLOWED_OTHERWISE",
     ),
     Reader(
         ENGINE,

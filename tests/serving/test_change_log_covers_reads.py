@@ -1,22 +1,29 @@
-"""Every column placement reads is logged by the triggers the warm fleet
-follows, or is on the short list of those followed otherwise, with why.
+"""Every column a copy placement keeps reads is logged by the triggers of
+the kind that copy follows (llmgw.serving.followed.READERS), or is on the
+short list of those followed otherwise, with why.
 
 The warm fleet (llmgw.serving.warm) reads a node again only when the log
-says it changed: a column that placement starts to read and no trigger
-logs would leave every process placing on what it last read. The columns
-read are taken from the SQL node_views really runs, and the logged ones
+says it changed, and the engine catalog (llmgw.serving.desired) only when
+an engine did: a column that a reader starts to read and no trigger of its
+kind logs would leave every process using what it last read. The columns
+read are taken from the SQL each reader really runs, and the logged ones
 from the triggers PostgreSQL really has."""
 
 from __future__ import annotations
 
+import importlib
 import re
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from llmgw.catalog.models import Engine, Model, Profile
 from llmgw.inventory.models import Node
 from llmgw.placement import snapshot
+from llmgw.serving import desired, followed
 from tests import bulk_fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,21 +32,37 @@ pytestmark = pytest.mark.django_db(transaction=True)
 KEYS = {"id", "node_id", "fabric_id", "model_id", "profile_id", "replica_id"}
 
 
-def columns_read(nodes: list[int]) -> tuple[set[str], int]:
+def captured(read: Callable[[], object]) -> tuple[set[str], int]:
+    """The columns (table.column) the read's SQL names, keys aside, and
+    how many queries it ran."""
     with CaptureQueriesContext(connection) as queries:
-        snapshot.node_views(only=nodes)
-    read = {
+        read()
+    read_columns = {
         f"{table}.{column}"
         for q in queries.captured_queries
         for table, column in re.findall(r'"(\w+)"\."(\w+)"', q["sql"])
         if column not in KEYS
     }
-    return read, len(queries.captured_queries)
+    return read_columns, len(queries.captured_queries)
 
 
-def logged() -> tuple[dict[str, set[str] | None], set[str]]:
-    """Per table, the columns whose update is logged (None: every update),
-    and the tables whose inserts and deletes are."""
+def columns_read(nodes: list[int]) -> tuple[set[str], int]:
+    return captured(lambda: snapshot.node_views(only=nodes))
+
+
+def named(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+# The trigger functions and the kind of log row each writes: the node
+# function writes 'node' rows; the other, the kind its trigger names.
+KIND = re.compile(r"serving_note_(node_)?change\('([^']*)'\)")
+
+
+def logged(kind: str) -> tuple[dict[str, set[str] | None], set[str]]:
+    """Per table, the columns whose update writes a row of this kind (None:
+    every update), and the tables whose inserts and deletes do."""
     updates: dict[str, set[str] | None] = {}
     rows: set[str] = set()
     with connection.cursor() as cursor:
@@ -48,6 +71,10 @@ def logged() -> tuple[dict[str, set[str] | None], set[str]]:
             "WHERE tgname LIKE '%%placement_change%%'"
         )
         for table, definition in cursor.fetchall():
+            found = KIND.search(definition)
+            assert found, definition
+            if (followed.NODE if found.group(1) else found.group(2)) != kind:
+                continue
             if "INSERT OR DELETE" in definition:
                 rows.add(table)
             elif "AFTER UPDATE" in definition:
@@ -56,27 +83,35 @@ def logged() -> tuple[dict[str, set[str] | None], set[str]]:
     return updates, rows
 
 
-def unlogged() -> set[str]:
-    """The columns node_views reads that no trigger logs, less those
-    followed otherwise."""
-    read, _ = columns_read(list(Node.objects.values_list("pk", flat=True)))
-    updates, rows = logged()
+def unlogged(reader: followed.Reader) -> set[str]:
+    """The columns the reader reads that no trigger of its kind logs, less
+    those it follows otherwise."""
+    read, _ = captured(named(reader.read))
+    otherwise = set(named(reader.otherwise)) if reader.otherwise else set()
+    updates, rows = logged(reader.kind)
     out = set()
-    for entry in read - set(snapshot.FOLLOWED_OTHERWISE):
+    for entry in read - otherwise:
         table, column = entry.split(".")
         columns = updates.get(table, set())
         if table not in rows or (columns is not None and column not in columns):
             out.add(entry)
-    # Nothing on the list that placement no longer reads.
-    assert set(snapshot.FOLLOWED_OTHERWISE) <= read, set(snapshot.FOLLOWED_OTHERWISE) - read
+    # Nothing on the list that the reader no longer reads.
+    assert otherwise <= read, otherwise - read
     return out
 
 
-def test_every_column_placement_reads_is_logged_or_said_why_not():
+def reader(kind: str) -> followed.Reader:
+    return next(r for r in followed.READERS if r.kind == kind)
+
+
+@pytest.mark.parametrize("kind", [r.kind for r in followed.READERS])
+def test_every_column_a_kept_copy_reads_is_logged_or_said_why_not(kind):
     bulk_fleet.build(2, start=8)
-    assert not unlogged(), (
-        "placement reads columns no trigger logs: add them to the triggers (a serving "
-        "migration) or to snapshot.FOLLOWED_OTHERWISE with the reason"
+    Engine.objects.create(name="llama.cpp", version="b1", default=True)
+    assert not unlogged(reader(kind)), (
+        "a copy placement keeps reads columns no trigger of its kind logs: add them to "
+        "the triggers (a serving migration) or to the reader's list of those followed "
+        "otherwise, with the reason"
     )
 
 
@@ -97,4 +132,20 @@ def test_the_check_fails_on_a_column_no_trigger_logs(monkeypatch):
     # The test above can fail: a column read that nothing logs.
     bulk_fleet.build(1, start=8)
     monkeypatch.setattr(snapshot, "NODE_READS", (*snapshot.NODE_READS, "kernel"))
-    assert unlogged() == {"inventory_node.kernel"}
+    assert unlogged(reader(followed.NODE)) == {"inventory_node.kernel"}
+
+
+def test_the_check_fails_on_a_column_logged_for_another_kind(monkeypatch):
+    # The engine catalog's copy starts to read a model's source (logged
+    # by nothing) and a profile's declared watts (logged, but as a node
+    # change, which the engine catalog does not follow).
+    Engine.objects.create(name="llama.cpp", version="b1", default=True)
+    read = desired.read_engines
+
+    def more() -> list[Engine]:
+        list(Model.objects.order_by().values_list("source", flat=True))
+        list(Profile.objects.order_by().values_list("power_w", flat=True))
+        return read()
+
+    monkeypatch.setattr(desired, "read_engines", more)
+    assert unlogged(reader(followed.ENGINE)) == {"catalog_model.source", "catalog_profile.power_w"}
