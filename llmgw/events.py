@@ -12,9 +12,14 @@ heartbeat: that path is the hot one.
 
 The events, and what each carries:
 - node_changed: node (its name), changes (the Node columns a heartbeat's
-  durable transaction updated; never empty).
+  durable transaction, a cordon or a label updated, with their new values;
+  never empty).
 - fabric_changed: node (a name) or fabric (a PhysicalFabric id), the other
   None: a node's ports or subnet managers, or a fabric's stored map.
+- hold_changed: domain (its key, "rack=r01"), held (False once released):
+  held, released, or its drain's progress moved.
+- replica_placed, replica_released: model (its name), replica (its id),
+  nodes (the names its shards are on).
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from django.db import transaction
 
 log = logging.getLogger(__name__)
 
-KINDS = frozenset({"node_changed", "fabric_changed"})
+KINDS = frozenset(
+    {"node_changed", "fabric_changed", "hold_changed", "replica_placed", "replica_released"}
+)
 
 Handler = Callable[..., None]
 _handlers: dict[str, list[Handler]] = {kind: [] for kind in KINDS}

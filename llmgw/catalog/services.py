@@ -58,6 +58,13 @@ def _profiles_in_use(models: list[str]) -> dict[str, dict[str, int]]:
     return holdings.reader().profiles_in_use(models)
 
 
+def set_held(model: Model, always_running: int, under_load: int) -> None:
+    """Store a model's held counts (serving decides them: it checks that
+    placement can meet them, under the model's row lock)."""
+    model.always_running, model.under_load = always_running, under_load
+    model.save(update_fields=["always_running", "under_load", "updated_at"])
+
+
 def apply_text(text: str) -> dict[str, Any]:
     parsed = parse(text)
     return apply(parsed)

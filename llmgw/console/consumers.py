@@ -1,5 +1,5 @@
-"""/ws/console: pushes "fabric changed", "node changed" and "nvlink changed"
-to logged-in pages. An event names what changed, never carries the data:
+"""/ws/console: pushes "fabric changed", "node changed", "nvlink changed",
+"models changed" and "facility changed" to logged-in pages. An event names what changed, never carries the data:
 the page refetches through the same API it polls, so it never shows
 something the API would not, and no event can leak what a page may not see."""
 

@@ -10,6 +10,7 @@ the fallback, so a lost event costs freshness, never correctness.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -37,6 +38,50 @@ def fabric_changed(node: str | None = None, fabric: int | None = None) -> None:
     _send("fabric changed", node=node, fabric=fabric)
 
 
+def hold_changed(domain: str, held: bool) -> None:
+    _send("facility changed", domain=domain)
+
+
+class _Coalesced:
+    """Placements come hundreds a second in a burst; the pages need to hear
+    once that models and these nodes changed, not once a placement. The
+    first event of a burst starts a short timer; what the burst touched is
+    sent when it fires, off the placing thread (which never waits on the
+    channel layer)."""
+
+    AFTER_S = 0.25
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.nodes: set[str] = set()
+        self.timer: threading.Timer | None = None
+
+    def add(self, nodes: list[str]) -> None:
+        with self.lock:
+            self.nodes.update(nodes)
+            if self.timer is None:
+                self.timer = threading.Timer(self.AFTER_S, self.flush)
+                self.timer.daemon = True
+                self.timer.start()
+
+    def flush(self) -> None:
+        with self.lock:
+            nodes, self.nodes, self.timer = sorted(self.nodes), set(), None
+        _send("models changed", nodes=nodes)
+        for node in nodes:
+            _send("node changed", node=node)
+
+
+_placements = _Coalesced()
+
+
+def replica_changed(model: str, replica: int, nodes: list[str]) -> None:
+    _placements.add(nodes)
+
+
 def subscribe() -> None:
     events.subscribe("node_changed", node_changed)
     events.subscribe("fabric_changed", fabric_changed)
+    events.subscribe("hold_changed", hold_changed)
+    events.subscribe("replica_placed", replica_changed)
+    events.subscribe("replica_released", replica_changed)

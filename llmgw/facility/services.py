@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
-from llmgw import holdings
+from llmgw import events, holdings
 from llmgw.facility import domains, power
 from llmgw.facility.models import DRAINED, Budget, Hold
 from llmgw.inventory.models import Node
@@ -43,6 +44,7 @@ def hold(domain: str, reason: str, drain: bool, actor: str) -> Hold:
     if not created:
         held.reason, held.drain, held.held_by = reason, drain, actor
         held.save(update_fields=["reason", "drain", "held_by"])
+    events.publish("hold_changed", domain=key, held=True)
     return held
 
 
@@ -55,7 +57,16 @@ def release(domain: str) -> str:
     deleted, _ = Hold.objects.filter(domain=key).delete()
     if not deleted:
         raise FacilityError(f"{domains.describe(key)} is not held")
+    events.publish("hold_changed", domain=key, held=False)
     return key
+
+
+def record_progress(hold: Hold, progress: str, moving: dict[str, Any] | None) -> None:
+    """What draining the held domain has done and is moving now (serving
+    drains; the hold is facility's row)."""
+    hold.progress, hold.progress_at, hold.moving = progress, timezone.now(), moving
+    hold.save(update_fields=["progress", "progress_at", "moving"])
+    events.publish("hold_changed", domain=hold.domain, held=True)
 
 
 @transaction.atomic

@@ -14,6 +14,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from llmgw_agent.protocol.bounds import NAME
 
+from llmgw import events
 from llmgw.accounts import certificates, hashing
 from llmgw.inventory import commands, credentials, gpus, readiness, sections
 from llmgw.inventory.choices import NodeState
@@ -228,6 +229,7 @@ def cordon(name: str, reason: str, actor: str) -> Node:
     node.cordoned_by, node.cordoned_at = actor, timezone.now()
     node.save(update_fields=["cordoned", "cordon_reason", "cordoned_by", "cordoned_at"])
     _audit(name, actor, "cordon", reason)
+    events.publish("node_changed", node=name, changes={"cordoned": True})
     return node
 
 
@@ -237,6 +239,7 @@ def uncordon(name: str, actor: str, reason: str = "") -> Node:
     node.cordoned, node.cordon_reason, node.cordoned_by, node.cordoned_at = False, "", "", None
     node.save(update_fields=["cordoned", "cordon_reason", "cordoned_by", "cordoned_at"])
     _audit(name, actor, "uncordon", reason)
+    events.publish("node_changed", node=name, changes={"cordoned": False})
     return node
 
 
@@ -254,6 +257,7 @@ def set_labels(name: str, labels: dict[str, str | None], actor: str) -> Node:
     node.operator_labels = merged
     node.save(update_fields=["operator_labels"])
     _audit(name, actor, "label", json.dumps(labels, sort_keys=True))
+    events.publish("node_changed", node=name, changes={"operator_labels": merged})
     return node
 
 

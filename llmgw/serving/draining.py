@@ -16,10 +16,10 @@ import logging
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from llmgw.catalog.models import Model
 from llmgw.facility import domains
+from llmgw.facility import services as facility
 from llmgw.facility.models import DRAINED, Hold
 from llmgw.inventory.models import Node
 from llmgw.serving import placing
@@ -62,8 +62,7 @@ def step(model: Model, live: list[Replica], done: dict[str, Any]) -> list[Replic
 def _say(hold: Hold, text: str, moving: dict[str, Any] | None) -> None:
     if hold.progress != text:
         log.info("%s: %s", hold.domain, text)
-    hold.progress, hold.progress_at, hold.moving = text, timezone.now(), moving
-    hold.save(update_fields=["progress", "progress_at", "moving"])
+    facility.record_progress(hold, text, moving)
 
 
 def _step(hold: Hold, model: Model, live: list[Replica], done: dict[str, Any]) -> int | None:

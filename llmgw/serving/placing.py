@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from llmgw import events
 from llmgw.catalog.models import Model, Profile
 from llmgw.database import prepared
 from llmgw.inventory.models import Node
@@ -314,6 +315,9 @@ def _store(
     pks = [nodes[s.node] for s in decision.shards]
     record = PlacementRecord(model=model, placed=True, explanation=data)
     counts = storing.store(replica, shards, record, hold)
+    events.publish(
+        "replica_placed", model=model.name, replica=replica.pk, nodes=sorted(set(decision.nodes))
+    )
     return replica, Held(*counts) if counts else None, pks
 
 
@@ -362,9 +366,16 @@ def release_replica(replica_id: int) -> None:
     """Release a replica whole: its shards and every claim they hold, and
     tell its nodes (their desired state drops the shards, so agents stop
     them)."""
-    nodes = list(Shard.objects.filter(replica_id=replica_id).values_list("node_id", flat=True))
+    rows = list(
+        Shard.objects.filter(replica_id=replica_id).values_list(
+            "node_id", "node__name", "replica__model__name"
+        )
+    )
     Replica.objects.filter(pk=replica_id).delete()
-    desired.rebuild(nodes)
+    desired.rebuild([node for node, _, _ in rows])
+    if rows:
+        names = sorted({name for _, name, _ in rows})
+        events.publish("replica_released", model=rows[0][2], replica=replica_id, nodes=names)
 
 
 def explain(model_name: str) -> dict[str, Any]:

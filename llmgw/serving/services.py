@@ -49,8 +49,7 @@ def set_counts(name: str, always_running: int | None, under_load: int | None) ->
                     f"room for {fits} more, {missing} needed",
                     explanation or {},
                 )
-        model.always_running, model.under_load = target_always, target_load
-        model.save(update_fields=["always_running", "under_load", "updated_at"])
+        catalog.set_held(model, target_always, target_load)
         return model
 
 
