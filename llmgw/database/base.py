@@ -24,7 +24,7 @@ from llmgw.database.queue import answers, make_patient
 PREPARE_AFTER = 2
 
 
-class Operations(base.DatabaseOperations):
+class Operations(base.DatabaseOperations):  # type: ignore[misc]  # Django ships no types
     def last_executed_query(self, cursor: Any, sql: str, params: Any) -> str | None:
         # Django reads a client-bound cursor's composed text, which a
         # prepared_cursor() has none of: its statements are composed here,
@@ -35,10 +35,11 @@ class Operations(base.DatabaseOperations):
                 return str(self.compose_sql(sql, params))
             except Exception:  # noqa: BLE001 - a text for a log; none rather than a failure
                 return None
-        return super().last_executed_query(cursor, sql, params)
+        query: str | None = super().last_executed_query(cursor, sql, params)
+        return query
 
 
-class DatabaseWrapper(base.DatabaseWrapper):
+class DatabaseWrapper(base.DatabaseWrapper):  # type: ignore[misc]  # Django ships no types
     ops_class = Operations
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -66,7 +67,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
             default.close()
 
     def get_connection_params(self) -> dict[str, Any]:
-        params = super().get_connection_params()
+        params: dict[str, Any] = super().get_connection_params()
         # Django turns psycopg's automatic preparing off, for connection
         # poolers. Only prepared_cursor()'s statements are ever prepared:
         # the default cursors bind on the client, which never prepares.

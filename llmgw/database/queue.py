@@ -67,4 +67,4 @@ def make_patient(pool: ConnectionPool, queue_s: float) -> None:
     """Have `pool` wait as above; once per pool, whichever thread asks first."""
     with _wrapping:
         if not isinstance(pool.getconn, PatientGetconn):
-            pool.getconn = PatientGetconn(pool, pool.getconn, queue_s)  # type: ignore[method-assign]
+            pool.getconn = PatientGetconn(pool, pool.getconn, queue_s)  # type: ignore[method-assign]  # on purpose: this pool's getconn waits
