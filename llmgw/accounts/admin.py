@@ -5,7 +5,7 @@ from llmgw.accounts.models import ApiToken
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django ships no types
     list_display = ["name", "prefix", "user", "created_at", "expires_at"]
     list_filter = ["expires_at"]
     search_fields = ["name", "prefix", "user__username"]

@@ -1,7 +1,7 @@
 from django.apps import AppConfig
 
 
-class AccountsConfig(AppConfig):
+class AccountsConfig(AppConfig):  # type: ignore[misc]  # Django ships no types
     name = "llmgw.accounts"
     label = "accounts"
 

@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from llmgw.accounts import tokens
 
 
-class TokenAuthentication(BaseAuthentication):
+class TokenAuthentication(BaseAuthentication):  # type: ignore[misc]  # DRF ships no types
     keyword = "Token"
 
     def authenticate(self, request: Request) -> tuple[Any, Any] | None:

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from cryptography import x509
 from django.conf import settings
-from django.db import transaction
 
 from llmgw.accounts import ca
 from llmgw.accounts.ca import CAError
 from llmgw.accounts.models import NodeCertificate
+from llmgw.database.atomic import atomic
 
 __all__ = ["CAError", "authenticate", "issue", "lifetime", "revoke"]
 
@@ -41,7 +41,7 @@ def _ca_cert() -> x509.Certificate:
     return _ca_certs[directory]
 
 
-@transaction.atomic
+@atomic
 def issue(
     node: str,
     public_key: ca.NodeKey,
@@ -65,9 +65,10 @@ def issue(
 
 def revoke(node: str, now: datetime) -> int:
     """Revoke the node's certificates still in force; how many were."""
-    return NodeCertificate.objects.filter(
+    revoked: int = NodeCertificate.objects.filter(
         node_name=node, revoked_at__isnull=True, not_after__gt=now
     ).update(revoked_at=now)
+    return revoked
 
 
 def authenticate(pem: str, now: datetime | None = None) -> str:

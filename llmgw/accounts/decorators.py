@@ -23,4 +23,5 @@ def viewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResp
             raise PermissionDenied("needs the viewer role (or operator, admin)")
         return view(request, *args, **kwargs)
 
-    return login_required(wrapped)
+    checked: Callable[..., HttpResponse] = login_required(wrapped)
+    return checked

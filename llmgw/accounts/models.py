@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.db import models
 
 
-class ApiToken(models.Model):
+class ApiToken(models.Model):  # type: ignore[misc]  # Django ships no types
     """A user's token for the REST API and the CLI (`Authorization: Token
     <secret>`).
 
@@ -30,7 +30,7 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.prefix}…)"
 
 
-class NodeCertificate(models.Model):
+class NodeCertificate(models.Model):  # type: ignore[misc]  # Django ships no types
     """A node certificate the CA signed (llmgw.accounts.ca): kept so that
     revoking a node refuses every certificate it still holds, and so that
     only a certificate this control plane issued and still honours

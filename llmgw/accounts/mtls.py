@@ -72,6 +72,7 @@ def _wrap(protocol: Any, transport: asyncio.BaseTransport) -> None:
         protocol.app = _WithTLS(protocol.app, tls)
 
 
+# uvicorn picks these two bases at import time: to mypy they are variables, not classes.
 class HTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
     def connection_made(self, transport: asyncio.BaseTransport, *args: Any) -> None:
         _wrap(self, transport)

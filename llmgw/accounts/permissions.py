@@ -16,21 +16,21 @@ from rest_framework.request import Request
 from llmgw.accounts import roles
 
 
-class IsViewer(BasePermission):
+class IsViewer(BasePermission):  # type: ignore[misc]  # DRF ships no types
     message = "needs the viewer role (or operator, admin)"
 
     def has_permission(self, request: Request, view: Any) -> bool:
         return request.method in SAFE_METHODS and roles.is_viewer(request.user)
 
 
-class IsOperator(BasePermission):
+class IsOperator(BasePermission):  # type: ignore[misc]  # DRF ships no types
     message = "needs the operator role (or admin)"
 
     def has_permission(self, request: Request, view: Any) -> bool:
         return roles.is_operator(request.user)
 
 
-class IsAdmin(BasePermission):
+class IsAdmin(BasePermission):  # type: ignore[misc]  # DRF ships no types
     message = "needs the admin role"
 
     def has_permission(self, request: Request, view: Any) -> bool:

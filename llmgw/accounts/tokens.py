@@ -56,7 +56,9 @@ def authenticate(secret: str) -> ApiToken:
     One query, looked up by digest: an index lookup on the digest tells a
     guesser nothing about the secret, so no constant-time compare is needed.
     """
-    token = ApiToken.objects.select_related("user").filter(digest=digest(secret)).first()
+    token: ApiToken | None = (
+        ApiToken.objects.select_related("user").filter(digest=digest(secret)).first()
+    )
     if token is None:
         raise TokenRefused("invalid token")
     if token.expires_at <= timezone.now():

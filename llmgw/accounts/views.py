@@ -23,13 +23,13 @@ def _too_many(seconds: int) -> str:
     return f"Too many wrong passwords from this address; try again in {seconds} s."
 
 
-class LoginSerializer(serializers.Serializer):
+class LoginSerializer(serializers.Serializer):  # type: ignore[misc]  # DRF ships no types
     username = serializers.CharField(max_length=150)
     password = serializers.CharField(max_length=4096, trim_whitespace=False)
     name = serializers.CharField(max_length=100, required=False, default="api")
 
 
-class TokenView(APIView):
+class TokenView(APIView):  # type: ignore[misc]  # DRF ships no types
     """A username and password in, a new API token out: shown in this
     answer and never again (only its digest is kept). Each call makes
     another token; old ones stay valid until they expire or are deleted."""

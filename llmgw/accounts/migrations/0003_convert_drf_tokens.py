@@ -8,12 +8,14 @@ keys are gone."""
 import hashlib
 from datetime import timedelta
 
+from django.apps.registry import Apps
 from django.conf import settings
 from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.utils import timezone
 
 
-def convert(apps, schema_editor):  # type: ignore[no-untyped-def]
+def convert(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     connection = schema_editor.connection
     if "authtoken_token" not in connection.introspection.table_names():
         return
@@ -36,7 +38,7 @@ def convert(apps, schema_editor):  # type: ignore[no-untyped-def]
     schema_editor.execute("DELETE FROM django_migrations WHERE app = 'authtoken'")
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no types
     dependencies = [("accounts", "0002_apitoken")]
 
     operations = [migrations.RunPython(convert, migrations.RunPython.noop)]

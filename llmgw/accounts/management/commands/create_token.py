@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from llmgw.accounts import tokens
 
 
-class Command(BaseCommand):
+class Command(BaseCommand):  # type: ignore[misc]  # Django ships no types
     help = "Make an API token for USER and print it (shown once)"
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username")
         parser.add_argument("--name", default="cli", help="to tell the user's tokens apart")
         parser.add_argument(
@@ -22,7 +24,7 @@ class Command(BaseCommand):
             help="days until it expires (default: LLMGW_API_TOKEN_TTL_DAYS)",
         )
 
-    def handle(self, *args, username: str, name: str, days: int, **options) -> None:  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, username: str, name: str, days: int, **options: Any) -> None:
         user = User.objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no user {username!r}")

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.models import User
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from llmgw.accounts import roles
 
 
-class Command(BaseCommand):
+class Command(BaseCommand):  # type: ignore[misc]  # Django ships no types
     help = "Give USER exactly one role (viewer, operator, admin, prometheus), or none"
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username")
         parser.add_argument("role", choices=[*roles.ROLES, "none"])
         parser.add_argument(
@@ -21,7 +23,7 @@ class Command(BaseCommand):
             "such as Prometheus's)",
         )
 
-    def handle(self, *args, username: str, role: str, create: bool, **options) -> None:  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, username: str, role: str, create: bool, **options: Any) -> None:
         user = User.objects.filter(username=username).first()
         if user is None:
             if not create:
