@@ -206,6 +206,7 @@ def _plain(text: str) -> None:
     value out. Events are read one by one, so this costs one pass."""
     depth = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        assert event.start_mark is not None  # the parser marks every event it makes
         line = f"line {event.start_mark.line + 1}"
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             raise CatalogError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 
 
-class Model(models.Model):
+class Model(models.Model):  # type: ignore[misc]  # Django ships no types
     name = models.CharField(max_length=255, unique=True)
     # Where the weights come from (hf://org/repo, s3://..., a path); what
     # nodes report holding is matched by name.
@@ -29,10 +29,11 @@ class Model(models.Model):
         ordering = ["name"]
 
     def __str__(self) -> str:
-        return self.name
+        name: str = self.name
+        return name
 
 
-class Profile(models.Model):
+class Profile(models.Model):  # type: ignore[misc]  # Django ships no types
     model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="profiles")
     name = models.CharField(max_length=100)
     priority = models.IntegerField(default=0)
@@ -71,7 +72,7 @@ class Profile(models.Model):
         return not self.gpu_class
 
 
-class Engine(models.Model):
+class Engine(models.Model):  # type: ignore[misc]  # Django ships no types
     """An engine build the control plane asks nodes to converge on."""
 
     name = models.CharField(max_length=64)

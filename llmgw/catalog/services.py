@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
-
 from llmgw import holdings
 from llmgw.catalog.loader import CatalogError, Parsed, parse
 from llmgw.catalog.models import Engine, Model, Profile
+from llmgw.database.atomic import atomic
 
 # The engine every profile gets when it names none.
 DEFAULT_ENGINE = "llama.cpp"
@@ -78,7 +77,7 @@ def apply_file(path: Path) -> dict[str, Any]:
     return apply_text(text)
 
 
-@transaction.atomic
+@atomic
 def apply(parsed: Parsed) -> dict[str, Any]:
     """Store the file; the answer counts what it names and, under "changes",
     says in words what this apply changed, one line each."""
@@ -221,7 +220,7 @@ def _profile_fields(p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@transaction.atomic
+@atomic
 def set_resources(
     model_name: str, memory_gb: float | None, cpu_cores: int | None, profile: str | None = None
 ) -> list[Profile]:

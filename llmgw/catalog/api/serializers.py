@@ -11,7 +11,7 @@ from llmgw.catalog.loader import LIMITS
 from llmgw.catalog.models import Profile
 
 
-class ProfileSerializer(serializers.ModelSerializer):
+class ProfileSerializer(serializers.ModelSerializer):  # type: ignore[misc]  # DRF ships no types
     class Meta:
         model = Profile
         fields = [
@@ -39,12 +39,12 @@ def _bounded(field: type[serializers.Field], key: str, **kwargs: Any) -> Any:
     return field(min_value=low, max_value=high, required=False, **kwargs)
 
 
-class CountsSerializer(serializers.Serializer):
+class CountsSerializer(serializers.Serializer):  # type: ignore[misc]  # DRF ships no types
     always_running = _bounded(serializers.IntegerField, "always_running")
     under_load = _bounded(serializers.IntegerField, "under_load")
 
 
-class ResourcesSerializer(serializers.Serializer):
+class ResourcesSerializer(serializers.Serializer):  # type: ignore[misc]  # DRF ships no types
     memory_gb = _bounded(serializers.FloatField, "memory_gb", allow_null=True)
     cpu_cores = _bounded(serializers.IntegerField, "cpu_cores", allow_null=True)
     profile = serializers.CharField(max_length=100, required=False, allow_null=True)
