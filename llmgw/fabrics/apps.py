@@ -1,7 +1,7 @@
 from django.apps import AppConfig
 
 
-class FabricsConfig(AppConfig):
+class FabricsConfig(AppConfig):  # type: ignore[misc]  # Django ships no types
     name = "llmgw.fabrics"
     label = "fabrics"
     verbose_name = "Fabrics"

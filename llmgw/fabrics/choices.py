@@ -1,12 +1,12 @@
-from django.db import models
+from llmgw.choices import TextChoices
 
 
-class FabricKind(models.TextChoices):
+class FabricKind(TextChoices):
     INFINIBAND = "infiniband", "InfiniBand"
     ROCE = "roce", "RoCE"
 
 
-class Problem(models.TextChoices):
+class Problem(TextChoices):
     """What a fabric's subnet managers say it cannot survive, or already
     shows."""
 

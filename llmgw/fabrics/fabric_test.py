@@ -66,7 +66,7 @@ def _rail_name(device: str) -> str:
 
 
 def _node(name: str) -> Node:
-    node = Node.objects.filter(name=name).first()
+    node: Node | None = Node.objects.filter(name=name).first()
     if node is None:
         raise Refused(f"no node named {name!r}")
     if node.revoked_at is not None:
@@ -173,7 +173,8 @@ def _ask(node: Node, kind: str, args: dict[str, Any], timeout_s: int, actor: str
     command = commands.send(node, kind, args, actor=actor, timeout_s=timeout_s)
     done = _wait(command, time.monotonic() + timeout_s)
     if done.state == CommandState.DONE:
-        return done.output
+        output: str = done.output
+        return output
     if done.state == CommandState.FAILED:
         raise RuntimeError(f"{node.name}: {done.error}")
     raise RuntimeError(f"{node.name}: no answer to {kind} within {timeout_s} s ({done.state})")

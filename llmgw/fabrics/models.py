@@ -13,7 +13,7 @@ from django.db import models
 from llmgw.fabrics.choices import FabricKind, link_up
 
 
-class PhysicalFabric(models.Model):
+class PhysicalFabric(models.Model):  # type: ignore[misc]  # Django ships no types
     identity = models.CharField(max_length=64, unique=True)
     kind = models.CharField(max_length=16, choices=FabricKind.choices)
     master_guid = models.CharField(max_length=18, blank=True, default="")
@@ -25,10 +25,11 @@ class PhysicalFabric(models.Model):
         ordering = ["identity"]
 
     def __str__(self) -> str:
-        return self.identity
+        identity: str = self.identity
+        return identity
 
 
-class SubnetManager(models.Model):
+class SubnetManager(models.Model):  # type: ignore[misc]  # Django ships no types
     fabric = models.ForeignKey(PhysicalFabric, on_delete=models.CASCADE, related_name="managers")
     guid = models.CharField(max_length=18, unique=True)
     lid = models.IntegerField(null=True, blank=True)
@@ -43,7 +44,7 @@ class SubnetManager(models.Model):
         return f"{self.guid} ({self.state})"
 
 
-class ManagerObservation(models.Model):
+class ManagerObservation(models.Model):  # type: ignore[misc]  # Django ships no types
     """A subnet manager as one node last reported it. A node writes only its
     own rows; SubnetManager and the fabric's master are worked out from every
     node's (llmgw.fabrics.managers), so no node can rewrite what the others
@@ -73,7 +74,7 @@ class ManagerObservation(models.Model):
         return f"{self.guid} ({self.state}) seen by node {self.node_id}"
 
 
-class MasterChange(models.Model):
+class MasterChange(models.Model):  # type: ignore[misc]  # Django ships no types
     """Every change of master a port reported; kept, and a fabric's last day listed."""
 
     fabric = models.ForeignKey(
@@ -91,7 +92,7 @@ class MasterChange(models.Model):
         return f"{self.fabric}: {self.previous_guid or '-'} -> {self.master_guid}"
 
 
-class Port(models.Model):
+class Port(models.Model):  # type: ignore[misc]  # Django ships no types
     node = models.ForeignKey(
         "inventory.Node", on_delete=models.CASCADE, related_name="network_ports"
     )
@@ -127,7 +128,7 @@ class Port(models.Model):
         return link_up(self.state, self.phys_state)
 
 
-class FabricMap(models.Model):
+class FabricMap(models.Model):  # type: ignore[misc]  # Django ships no types
     """The last ibnetdiscover of a fabric, parsed and analysed by the control
     plane. A dump that fails to parse keeps the previous map; the error and
     its line are recorded beside it."""

@@ -49,8 +49,11 @@ NODE_COLUMNS = tuple(
 
 
 def _fabric_of(command: AgentCommand) -> int | None:
+    fabric_id = (command.args or {}).get("fabric_id")
+    if fabric_id is None:
+        return None
     try:
-        return int((command.args or {}).get("fabric_id"))
+        return int(fabric_id)
     except (TypeError, ValueError):
         return None
 
@@ -92,7 +95,7 @@ def sweep(fabric_id: int | None = None) -> dict[str, str]:
         .select_related("node")
         .only(*NODE_COLUMNS, *(f.name for f in Port._meta.concrete_fields))
     ):
-        ports.setdefault(p.physical_fabric_id, []).append(p)  # type: ignore[arg-type]
+        ports.setdefault(p.physical_fabric_id, []).append(p)
     waiting = {
         _fabric_of(c)
         for c in AgentCommand.objects.filter(

@@ -7,7 +7,7 @@ from llmgw.fabrics import sweep
 log = logging.getLogger("llmgw.fabrics.sweep")
 
 
-@shared_task(name="llmgw.fabrics.tasks.sweep_fabric_maps")
+@shared_task(name="llmgw.fabrics.tasks.sweep_fabric_maps")  # type: ignore[untyped-decorator]  # Celery ships no types
 def sweep_fabric_maps(fabric_id: int | None = None) -> dict[str, str]:
     return sweep.sweep(fabric_id)
 

@@ -457,7 +457,7 @@ def _switch_rows(
     for link in fabric.links:
         degree[link.a.guid] += 1
         degree[link.b.guid] += 1
-    switch_rows = [
+    switch_rows: list[dict[str, Any]] = [
         {
             "guid": n.guid,
             "description": n.description,

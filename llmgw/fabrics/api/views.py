@@ -12,7 +12,7 @@ from llmgw.fabrics import fabric_test, overview
 from llmgw.fabrics.models import FabricMap, PhysicalFabric
 
 
-class FabricListView(APIView):
+class FabricListView(APIView):  # type: ignore[misc]  # DRF ships no types
     permission_classes = [IsViewer]
 
     @extend_schema(responses=serializers.DictField())
@@ -20,7 +20,7 @@ class FabricListView(APIView):
         return Response(overview.build())
 
 
-class TopologyView(APIView):
+class TopologyView(APIView):  # type: ignore[misc]  # DRF ships no types
     permission_classes = [IsViewer]
 
     @extend_schema(responses=serializers.DictField())
@@ -48,14 +48,14 @@ class TopologyView(APIView):
         )
 
 
-class FabricTestRequest(serializers.Serializer):
+class FabricTestRequest(serializers.Serializer):  # type: ignore[misc]  # DRF ships no types
     a = serializers.CharField(max_length=253)
     b = serializers.CharField(max_length=253)
     duration_s = serializers.IntegerField(min_value=1, max_value=20, default=5)
     size = serializers.IntegerField(min_value=1, max_value=1 << 30, default=65536)
 
 
-class FabricTestView(APIView):
+class FabricTestView(APIView):  # type: ignore[misc]  # DRF ships no types
     """Run ib_write_bw between two nodes rail by rail, through their agents.
     It answers when the last rail is done (seconds a rail), so the caller
     waits; an operator's action, as it loads the links it measures."""

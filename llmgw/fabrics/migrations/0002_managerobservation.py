@@ -1,15 +1,17 @@
 import django.db.models.deletion
+from django.apps.registry import Apps
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 
-def forget_manager_digests(apps, schema_editor):
+def forget_manager_digests(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     # The fabric's view is worked out from every node's observations, and
     # there are none yet: a node whose listing has not changed would never
     # send one. Forgetting the digest stores each node's next listing in full.
     apps.get_model("inventory", "Node").objects.update(managers_digest="")
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no types
     dependencies = [
         ("fabrics", "0001_initial"),
         ("inventory", "0006_port_digests"),
