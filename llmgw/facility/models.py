@@ -9,7 +9,7 @@ from django.db import models
 DRAINED = "drained"
 
 
-class Hold(models.Model):
+class Hold(models.Model):  # type: ignore[misc]  # Django ships no types
     """Nothing new is placed in a held domain; with drain, what runs there
     is moved away, one replica at a time (serving.draining)."""
 
@@ -33,7 +33,7 @@ class Hold(models.Model):
         return f"{self.domain} held: {self.reason}"
 
 
-class Budget(models.Model):
+class Budget(models.Model):  # type: ignore[misc]  # Django ships no types
     """A power cap from server.yaml's facility.budgets, replaced whole by
     each apply of the file."""
 

@@ -7,13 +7,14 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
+from llmgw.database.atomic import atomic
 from llmgw import events, holdings
 from llmgw.facility import domains, power
 from llmgw.facility.models import DRAINED, Budget, Hold
 from llmgw.inventory.models import Node
+from llmgw.locations import LEVELS
 
 
 class FacilityError(Exception):
@@ -24,7 +25,7 @@ def _members(key: str, nodes: Iterable[Node]) -> list[Node]:
     return [n for n in nodes if key in domains.keys_of(n.name, n.labels)]
 
 
-@transaction.atomic
+@atomic
 def hold(domain: str, reason: str, drain: bool, actor: str) -> Hold:
     try:
         key = domains.parse(domain)
@@ -38,6 +39,7 @@ def hold(domain: str, reason: str, drain: bool, actor: str) -> Hold:
     # A typo ("rack=r1" for "rack=r01") would hold nothing and say nothing.
     if not _members(key, Node.objects.only("name", "agent_labels", "operator_labels")):
         raise FacilityError(f"no node is in {domains.describe(key)}")
+    held: Hold
     held, created = Hold.objects.select_for_update().get_or_create(
         domain=key, defaults={"reason": reason, "drain": drain, "held_by": actor}
     )
@@ -48,7 +50,7 @@ def hold(domain: str, reason: str, drain: bool, actor: str) -> Hold:
     return held
 
 
-@transaction.atomic
+@atomic
 def release(domain: str) -> str:
     try:
         key = domains.parse(domain)
@@ -69,7 +71,7 @@ def record_progress(hold: Hold, progress: str, moving: dict[str, Any] | None) ->
     events.publish("hold_changed", domain=hold.domain, held=True)
 
 
-@transaction.atomic
+@atomic
 def set_budgets(budgets: list[dict[str, Any]]) -> int:
     """Replace every cap with the file's (a cap left out of it is gone)."""
     Budget.objects.all().delete()
@@ -151,7 +153,7 @@ def overview() -> dict[str, Any]:
     # Held or capped domains no node is in any longer still show.
     for key in set(facility.holds) | set(facility.budgets):
         rows.setdefault(key, _row(key, facility))
-    order = {level: i for i, level in enumerate(domains.LEVELS)}
+    order = {level: i for i, level in enumerate(LEVELS)}
     listed = sorted(rows.values(), key=lambda r: (order.get(r["level"], len(order)), r["value"]))
     # Sums of readings to a tenth of a watt, not 4261.400000000001.
     for row in listed:
@@ -159,7 +161,7 @@ def overview() -> dict[str, Any]:
             if row[name] is not None:
                 row[name] = round(row[name], 1)
         row["over_cap_w"] = over_cap(row["draw_w"], row["cap_w"])
-    return {"domains": listed, "levels": list(domains.LEVELS)}
+    return {"domains": listed, "levels": list(LEVELS)}
 
 
 def _row(key: str, facility: Facility) -> dict[str, Any]:

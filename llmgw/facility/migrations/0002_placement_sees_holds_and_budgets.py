@@ -11,7 +11,9 @@ The function checks that the log exists, so this migration does not
 depend on serving's.
 """
 
+from django.apps.registry import Apps
 from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 FUNCTION = """
 CREATE OR REPLACE FUNCTION facility_note_change() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -25,7 +27,7 @@ END $$;
 TABLES = {"facility_hold": ("domain", "reason", "drain"), "facility_budget": ("domain", "watts")}
 
 
-def install(apps, schema_editor):
+def install(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     schema_editor.execute(FUNCTION)
     for table, columns in TABLES.items():
         old = ", ".join(f"OLD.{c}" for c in columns)
@@ -40,13 +42,13 @@ def install(apps, schema_editor):
         )
 
 
-def remove(apps, schema_editor):
+def remove(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     for table in TABLES:
         schema_editor.execute(f"DROP TRIGGER IF EXISTS {table}_rows ON {table}")
         schema_editor.execute(f"DROP TRIGGER IF EXISTS {table}_update ON {table}")
     schema_editor.execute("DROP FUNCTION IF EXISTS facility_note_change()")
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no types
     dependencies = [("facility", "0001_holds_and_budgets")]
     operations = [migrations.RunPython(install, remove)]
