@@ -98,7 +98,7 @@ class PlacementRecordAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django ships no types
     list_display = [
         "name",
         "prefix",
@@ -123,7 +123,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    @admin.action(description="Revoke the selected keys")
+    @admin.action(description="Revoke the selected keys")  # type: ignore[untyped-decorator]  # Django ships no types
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(

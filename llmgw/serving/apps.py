@@ -18,7 +18,7 @@ def _rebuild_desired(node: Node) -> None:
     desired.rebuild([node.pk])
 
 
-class ServingConfig(AppConfig):
+class ServingConfig(AppConfig):  # type: ignore[misc]  # Django ships no types
     name = "llmgw.serving"
     label = "serving"
     verbose_name = "Serving"

@@ -1,7 +1,7 @@
-from django.db import models
+from llmgw.choices import TextChoices
 
 
-class ReplicaState(models.TextChoices):
+class ReplicaState(TextChoices):
     PENDING = "pending", "pending"
     STARTING = "starting", "starting"
     LOADING = "loading", "loading"

@@ -96,7 +96,7 @@ def _step(hold: Hold, model: Model, live: list[Replica], done: dict[str, Any]) -
         f"{nodes}; waiting until it is ready, then #{old.pk} is released",
         {"model": model.name, "old": old.pk, "new": replica.pk},
     )
-    return old.pk
+    return int(old.pk)
 
 
 def _follow(hold: Hold, model: Model, moving: dict[str, Any], where: str) -> int | None:
@@ -123,11 +123,11 @@ def _follow(hold: Hold, model: Model, moving: dict[str, Any], where: str) -> int
             None,
         )
         # Released: not to be counted among the live ones this round either.
-        return old.pk
+        return int(old.pk)
     _say(
         hold,
         f"waiting for {model.name} replica #{new.pk} to be ready (it is {new.state}) before "
         f"releasing #{old.pk} in {where}",
         moving,
     )
-    return old.pk
+    return int(old.pk)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from django.db import transaction
 from django.utils import timezone
 
+from llmgw.database.atomic import atomic
 from llmgw.inventory.choices import NodeState
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import Replica, Shard
@@ -30,7 +30,7 @@ log = logging.getLogger("llmgw.reconciler")
 SETTLED = (ReplicaState.LOST, ReplicaState.FAILED)
 
 
-@transaction.atomic
+@atomic
 def mark_lost(now: datetime | None = None) -> list[int]:
     """Mark the shards of NotReady nodes lost; returns their replicas."""
     now = now or timezone.now()

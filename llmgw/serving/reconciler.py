@@ -18,11 +18,12 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Prefetch
 from django.utils import timezone
 
 from llmgw.catalog.models import Model
+from llmgw.database.atomic import atomic
 from llmgw.inventory.models import Node
 from llmgw.serving import draining, lost, placing, warm
 from llmgw.serving.choices import ReplicaState
@@ -46,7 +47,7 @@ def queue_depth(model: str) -> float | None:
 
 
 def target(model: Model, live: int, now: datetime) -> int:
-    base = model.always_running
+    base: int = model.always_running
     if model.under_load <= base:
         return base
     state, _ = HeldState.objects.get_or_create(model=model, defaults={"target": base})
@@ -70,7 +71,8 @@ def target(model: Model, live: int, now: datetime) -> int:
     state.target = max(base, min(state.target, model.under_load))
     state.queue_depth = depth
     state.save()
-    return state.target
+    held: int = state.target
+    return held
 
 
 # The advisory-lock key space of "a reconciler is working on model N".
@@ -155,7 +157,7 @@ def _reconcile(model: Model, now: datetime) -> dict[str, Any]:
     return done
 
 
-@transaction.atomic
+@atomic
 def take_back(model: Model, wanted: int) -> list[int]:
     """Release the replicas beyond `wanted`, counted again under the model's
     row lock. This tick read the model and its replicas earlier; a replica

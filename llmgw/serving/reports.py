@@ -17,7 +17,12 @@ from llmgw.serving import tasks
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import Replica, Shard
 
-PROGRESS = [ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.LOADING, ReplicaState.READY]
+PROGRESS: list[str] = [
+    ReplicaState.PENDING,
+    ReplicaState.STARTING,
+    ReplicaState.LOADING,
+    ReplicaState.READY,
+]
 STATE_FIELDS = ("id", "state", "url", "pid", "restarts", "generation", "message")
 
 

@@ -29,7 +29,9 @@ def set_counts(name: str, always_running: int | None, under_load: int | None) ->
     meet is refused with placement's own reasons, and nothing changes."""
     with transaction.atomic():
         try:
-            model = Model.objects.select_for_update().prefetch_related("profiles").get(name=name)
+            model: Model = (
+                Model.objects.select_for_update().prefetch_related("profiles").get(name=name)
+            )
         except Model.DoesNotExist:
             raise PlacementError(f"no model named {name!r} in the catalog") from None
         target_always = model.always_running if always_running is None else always_running

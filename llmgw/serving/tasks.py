@@ -19,7 +19,7 @@ SOON_DELAY_S = 1.0
 SOON_TTL_S = 30
 
 
-@shared_task(name="llmgw.serving.tasks.reconcile")
+@shared_task(name="llmgw.serving.tasks.reconcile")  # type: ignore[untyped-decorator]  # Celery ships no types
 def reconcile() -> dict[str, object]:
     # Cleared before anything is read: a change that commits from here on
     # asks for a reconcile of its own, one that committed before is read.

@@ -23,7 +23,7 @@ from llmgw.serving import keys
 from llmgw.serving.models import ApiKey
 
 
-class ApiKeySerializer(serializers.ModelSerializer):
+class ApiKeySerializer(serializers.ModelSerializer):  # type: ignore[misc]  # DRF ships no types
     owner = serializers.CharField(source="owner.username", default=None, read_only=True)
     models = serializers.SerializerMethodField()
 
@@ -45,7 +45,7 @@ class ApiKeySerializer(serializers.ModelSerializer):
         return sorted(m.name for m in obj.allowed_models.all())
 
 
-class CreateKeySerializer(serializers.Serializer):
+class CreateKeySerializer(serializers.Serializer):  # type: ignore[misc]  # DRF ships no types
     name = serializers.CharField(max_length=100)
     models = serializers.ListField(child=serializers.CharField(), required=False, default=list)
     all_models = serializers.BooleanField(required=False, default=False)
@@ -58,7 +58,7 @@ class CreatedKeySerializer(ApiKeySerializer):
         fields = [*ApiKeySerializer.Meta.fields, "key"]
 
 
-class ApiKeyViewSet(ActionRoles, viewsets.GenericViewSet):
+class ApiKeyViewSet(ActionRoles, viewsets.GenericViewSet):  # type: ignore[misc]  # DRF ships no types
     serializer_class = ApiKeySerializer
     # A name (the active key of that name) or an id (any key, revoked too).
     lookup_value_regex = "[^/]+"
@@ -80,7 +80,7 @@ class ApiKeyViewSet(ActionRoles, viewsets.GenericViewSet):
             found = queryset.filter(pk=int(value))
         else:
             found = queryset.filter(name=value, revoked_at__isnull=True)
-        api_key = found.first()
+        api_key: ApiKey | None = found.first()
         if api_key is None:
             raise Http404(f"no key {value}")
         return api_key
@@ -113,7 +113,7 @@ class ApiKeyViewSet(ActionRoles, viewsets.GenericViewSet):
         return Response(data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=ApiKeySerializer)
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"])  # type: ignore[untyped-decorator]  # DRF ships no types
     def revoke(self, request: Request, pk: str) -> Response:
         api_key = keys.revoke_key(self.get_object())
         return Response(self.get_serializer(api_key).data)

@@ -3,6 +3,7 @@ that serve it, with what they reserved against what their nodes measured."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -26,7 +27,7 @@ def measured(shard: Any) -> dict[str, Any]:
     return {}
 
 
-class ReplicaSerializer(serializers.ModelSerializer):
+class ReplicaSerializer(serializers.ModelSerializer):  # type: ignore[misc]  # DRF ships no types
     profile = serializers.CharField(source="profile.name")
     nodes = serializers.SerializerMethodField()
     age_s = serializers.SerializerMethodField()
@@ -94,10 +95,11 @@ class ReplicaSerializer(serializers.ModelSerializer):
         return out
 
     def get_age_s(self, replica: Replica) -> float:
-        return round((timezone.now() - replica.created_at).total_seconds(), 1)
+        age: timedelta = timezone.now() - replica.created_at
+        return round(age.total_seconds(), 1)
 
 
-class FabricWeightsSerializer(serializers.Serializer):
+class FabricWeightsSerializer(serializers.Serializer):  # type: ignore[misc]  # DRF ships no types
     """One physical fabric (or, with fabric null, the nodes on none known)
     and which of its nodes hold a model's weights."""
 
@@ -109,7 +111,7 @@ class FabricWeightsSerializer(serializers.Serializer):
     holders = serializers.ListField(child=serializers.CharField(), help_text="those holding it")
 
 
-class ModelSerializer(serializers.ModelSerializer):
+class ModelSerializer(serializers.ModelSerializer):  # type: ignore[misc]  # DRF ships no types
     profiles = ProfileSerializer(many=True, read_only=True)
     replicas = ReplicaSerializer(many=True, read_only=True)
     weights_by_fabric = serializers.SerializerMethodField()
@@ -131,7 +133,7 @@ class ModelSerializer(serializers.ModelSerializer):
     def get_weights_by_fabric(self, model: Model) -> list[dict[str, Any]]:
         # Loaded once per answer and kept in the (root's) context, so a list
         # of every model costs the same few queries as one model.
-        table = self.context.get("weights_by_fabric")
+        table: weights.WeightsByFabric | None = self.context.get("weights_by_fabric")
         if table is None:
             table = self.context["weights_by_fabric"] = weights.load()
         return table.for_model(model.name)

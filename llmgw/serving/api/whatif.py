@@ -16,18 +16,19 @@ from rest_framework.views import APIView
 from llmgw.accounts import roles
 from llmgw.accounts.permissions import IsViewer
 from llmgw.catalog.loader import CatalogError
-from llmgw.placement.whatif import LEVELS, SWEPT
+from llmgw.locations import LEVELS
+from llmgw.placement.whatif import SWEPT
 from llmgw.serving import whatif
 
 # A catalog file of one model and its profiles is a few kilobytes.
 MAX_YAML = 256 * 1024
 
 
-class PlaceSerializer(serializers.Serializer):
+class PlaceSerializer(serializers.Serializer):  # type: ignore[misc]  # DRF ships no types
     yaml = serializers.CharField(max_length=MAX_YAML, trim_whitespace=False)
 
 
-class ViewerDryRun(BasePermission):
+class ViewerDryRun(BasePermission):  # type: ignore[misc]  # DRF ships no types
     """A viewer's, POST included: the POST carries a catalog file to place
     on a copy of the fleet and stores nothing, like explain and headroom."""
 
@@ -39,7 +40,7 @@ class ViewerDryRun(BasePermission):
         )
 
 
-class WhatIfView(APIView):
+class WhatIfView(APIView):  # type: ignore[misc]  # DRF ships no types
     permission_classes = [ViewerDryRun]
 
     @extend_schema(
@@ -72,7 +73,7 @@ class WhatIfView(APIView):
             return Response({"yaml": exc.errors}, status=status.HTTP_400_BAD_REQUEST)
 
 
-class SweepView(APIView):
+class SweepView(APIView):  # type: ignore[misc]  # DRF ships no types
     permission_classes = [IsViewer]
 
     @extend_schema(

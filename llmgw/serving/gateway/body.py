@@ -100,7 +100,7 @@ async def _read_body(receive: Receive) -> bytes | None:
     message = await receive()
     if message["type"] == "http.disconnect":
         return None
-    body = message.get("body", b"")
+    body: bytes = message.get("body", b"")
     if not message.get("more_body"):
         if len(body) > MAX_BODY_BYTES:
             raise _TooLarge

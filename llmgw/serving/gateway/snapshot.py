@@ -115,11 +115,12 @@ def touch_keys(ids: Iterable[int], older_than_s: float = 60.0) -> int:
     not turn every request into an UPDATE."""
     now = timezone.now()
     stale = now - timedelta(seconds=older_than_s)
-    return (
+    touched: int = (
         ApiKey.objects.filter(pk__in=list(ids))
         .exclude(last_used_at__gt=stale)
         .update(last_used_at=now)
     )
+    return touched
 
 
 def close() -> None:

@@ -5,7 +5,7 @@ from django.conf import settings
 from django.db import migrations, models
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no types
     dependencies = [
         ("catalog", "0001_initial"),
         ("serving", "0002_shard_generation_shard_message_shard_pid_and_more"),

@@ -19,7 +19,9 @@ reading, is not logged: warm.py reads it again on a timer for the nodes
 in a capped domain, the only ones whose placement it moves.
 """
 
+from django.apps.registry import Apps
 from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 # Node columns snapshot.node_views reads (last_heartbeat_at aside: the warm
 # fleet follows staleness by the clock). A column placement starts to read
@@ -131,15 +133,15 @@ def remove_sql() -> str:
     return "\n".join(out)
 
 
-def install(apps, schema_editor):
+def install(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     schema_editor.execute(install_sql())
 
 
-def remove(apps, schema_editor):
+def remove(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     schema_editor.execute(remove_sql())
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no types
     dependencies = [
         ("serving", "0005_replica_lost"),
         ("inventory", "0011_gpu_card_state"),

@@ -10,7 +10,9 @@ console and /metrics, not weighed by placement; a card made unhealthy by
 its wear changes inventory_gpu.unhealthy_reason, which is logged).
 """
 
+from django.apps.registry import Apps
 from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 # 0006's node columns less wear_reported_at and wear_changed_at.
 NODE_COLUMNS = (
@@ -31,15 +33,15 @@ def _create(columns: list[str]) -> str:
     )
 
 
-def install(apps, schema_editor):
+def install(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     schema_editor.execute(_create(NODE_COLUMNS))
 
 
-def remove(apps, schema_editor):
+def remove(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     schema_editor.execute(_create(NODE_COLUMNS + WEAR))
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no types
     dependencies = [("serving", "0006_node_changes")]
 
     operations = [migrations.RunPython(install, remove)]

@@ -16,7 +16,9 @@ reads itself); only those columns count now. A fabric or map created or
 deleted still changes the whole fleet.
 """
 
+from django.apps.registry import Apps
 from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 # (table, the columns placement reads; None: every update, as 0006 had it)
 TABLES = {
@@ -35,17 +37,17 @@ def _create(table: str, columns: list[str] | None) -> str:
     )
 
 
-def install(apps, schema_editor):
+def install(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     for table, columns in TABLES.items():
         schema_editor.execute(_create(table, columns))
 
 
-def remove(apps, schema_editor):
+def remove(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     for table in TABLES:
         schema_editor.execute(_create(table, None))
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no types
     dependencies = [("serving", "0007_wear_times_not_logged")]
 
     operations = [migrations.RunPython(install, remove)]
