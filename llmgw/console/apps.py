@@ -1,7 +1,7 @@
 from django.apps import AppConfig
 
 
-class ConsoleConfig(AppConfig):
+class ConsoleConfig(AppConfig):  # type: ignore[misc]  # Django ships no types
     name = "llmgw.console"
     label = "console"
 

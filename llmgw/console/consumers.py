@@ -14,7 +14,7 @@ from llmgw.accounts import roles
 from llmgw.console.events import GROUP
 
 
-class ConsoleConsumer(AsyncJsonWebsocketConsumer):
+class ConsoleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Channels ships no types
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:

@@ -69,7 +69,8 @@ def session_json(view: Callable[..., JsonResponse]) -> Callable[..., JsonRespons
             )
         return view(request, *args, **kwargs)
 
-    return require_GET(wrapped)
+    only_get: Callable[..., JsonResponse] = require_GET(wrapped)
+    return only_get
 
 
 def _port_rows(node: Node) -> list[dict[str, Any]]:

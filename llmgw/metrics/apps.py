@@ -1,6 +1,6 @@
 from django.apps import AppConfig
 
 
-class MetricsConfig(AppConfig):
+class MetricsConfig(AppConfig):  # type: ignore[misc]  # Django ships no types
     name = "llmgw.metrics"
     label = "metrics"

@@ -15,6 +15,7 @@ never zero.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import QuerySet
@@ -119,7 +120,7 @@ class _Cards:
                 chunk_size=2000
             )
         )
-        samples: dict[tuple[str, int], dict] = {}
+        samples: dict[tuple[str, int], dict[str, Any]] = {}
         for n in nodes:
             if _fresh(n.telemetry_at, now, settings.MEASUREMENT_MAX_AGE_S):
                 for s in n.gpu_telemetry or []:
@@ -134,7 +135,7 @@ class _Cards:
 
     @classmethod
     def _card(
-        cls, m: dict[str, Family], card: CardView, sample: dict | None, now: datetime
+        cls, m: dict[str, Family], card: CardView, sample: dict[str, Any] | None, now: datetime
     ) -> None:
         labels = [card.node, str(card.index), card.gpu_class]
         m["info"].add_metric([*labels, card.uuid, card.name], 1.0)
@@ -154,7 +155,7 @@ class _Cards:
             cls._wear(m, labels, card)
 
     @staticmethod
-    def _sample(m: dict[str, Family], labels: list[str], s: dict | None) -> None:
+    def _sample(m: dict[str, Family], labels: list[str], s: dict[str, Any] | None) -> None:
         if not s:
             return
         for key, metric in (

@@ -1,4 +1,5 @@
 from collections.abc import Callable
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -11,7 +12,7 @@ from llmgw.metrics import scrape
 
 class _BearerOrToken(TokenAuthentication):
     # Prometheus sends "Bearer" by default; the API's token scheme is "Token".
-    def authenticate(self, request):  # type: ignore[no-untyped-def]
+    def authenticate(self, request: HttpRequest) -> tuple[Any, Any] | None:
         header = request.META.get("HTTP_AUTHORIZATION", "")
         if header.startswith("Bearer "):
             request.META["HTTP_AUTHORIZATION"] = "Token " + header[len("Bearer ") :]

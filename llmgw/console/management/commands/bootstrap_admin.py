@@ -10,25 +10,26 @@ import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import yaml
 from django.contrib.auth.models import User
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
 from llmgw.accounts import roles, tokens
 from llmgw.private import write_private
 
 
-class Command(BaseCommand):
+class Command(BaseCommand):  # type: ignore[misc]  # Django ships no types
     help = "Create the admin account (once) and write a CLI config with its API token"
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--username", default=os.environ.get("LLMGW_ADMIN_USER", "admin"))
         parser.add_argument("--url", default="http://127.0.0.1:8000")
         parser.add_argument("--cli-config", type=Path, required=True)
 
-    def handle(self, *args, username: str, url: str, cli_config: Path, **options) -> None:  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, username: str, url: str, cli_config: Path, **options: Any) -> None:
         user = User.objects.filter(username=username).first()
         if user is None:
             given = os.environ.get("LLMGW_ADMIN_PASSWORD")
