@@ -12,7 +12,7 @@ from llmgw.serving.api.models import ModelViewSet
 from llmgw.serving.api.whatif import SweepView, WhatIfView
 
 
-class OptionalSlashRouter(SimpleRouter):
+class OptionalSlashRouter(SimpleRouter):  # type: ignore[misc]  # DRF ships no types
     """/api/v1/nodes and /api/v1/nodes/ both work: a CLI user types either,
     and a redirect would turn a POST into a GET."""
 

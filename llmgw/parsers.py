@@ -23,7 +23,7 @@ def _read(stream: Any) -> bytes:
     return stream.read() if stream is not None else b""
 
 
-class JSONParser(parsers.JSONParser):
+class JSONParser(parsers.JSONParser):  # type: ignore[misc]  # DRF ships no types
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         try:
             return loads(_read(stream))
@@ -33,7 +33,7 @@ class JSONParser(parsers.JSONParser):
             raise ParseError(refused.errors) from None
 
 
-class FormParser(parsers.FormParser):
+class FormParser(parsers.FormParser):  # type: ignore[misc]  # DRF ships no types
     """For /api/v1/token only, which takes `username` and `password` as a form
     too: percent-decoding cannot make a surrogate, but it can make a NUL."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 
@@ -128,7 +129,7 @@ DATABASE_QUEUE_S = float(env.integer("LLMGW_DB_QUEUE_S", 60, minimum=0))
 # Which database this is, as the admin page says it.
 DATABASE_EMBEDDED = not DATABASE_URL
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+    DATABASES: dict[str, dict[str, Any]] = {"default": dict(dj_database_url.parse(DATABASE_URL))}
 else:
     # The embedded server, started here by the first process that needs it
     # and found running by the others (deploy/demo.sh stops it on exit).

@@ -29,9 +29,10 @@ def nodes_text(names: list[str]) -> str:
 def hold_text(hold: dict[str, Any] | None) -> str:
     if hold is None:
         return DASH
+    reason: str = hold["reason"]
     if hold.get("drained"):
-        return "held, drained: " + hold["reason"]
-    return ("draining: " if hold["drain"] else "held: ") + hold["reason"]
+        return "held, drained: " + reason
+    return ("draining: " if hold["drain"] else "held: ") + reason
 
 
 def draw_text(row: dict[str, Any]) -> str:

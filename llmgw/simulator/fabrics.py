@@ -134,7 +134,7 @@ class SimFabric:
         ]
 
     def live_tree(self) -> FatTree:
-        shorts = {
+        shorts: dict[tuple[str, str | int, str | int], str] = {
             ("adapter", h, d): "2x" + self.spec.speed
             for (h, d), what in self.cables.items()
             if what == "short"

@@ -88,7 +88,7 @@ def handlers(sim: SimNode) -> dict[str, Handler]:
             raise RuntimeError("the simulator prints the topology format only")
         return sim.ib.discover(sim.name, str(args.get("device") or "mlx5_0"))
 
-    out = {"ping": ping}
+    out: dict[str, Handler] = {"ping": ping}
     if sim.ib is not None:
         out["ibnetdiscover"] = ibnetdiscover
         out.update(perftest.handlers(sim))
@@ -284,10 +284,10 @@ class Swarm:
             try:
                 async with self.session.post(url + path, data=body, headers=headers) as response:
                     if response.status < 500:
-                        answer = await response.json(content_type=None)
+                        answer: dict[str, Any] = await response.json(content_type=None)
                         if response.status >= 400:
                             raise Refused(f"POST {path}: {response.status} {answer}")
-                        return answer  # type: ignore[no-any-return]
+                        return answer
                     failures.append(f"{url}: {response.status}")
             except (aiohttp.ClientError, TimeoutError) as exc:
                 failures.append(f"{url}: {type(exc).__name__} {exc}")
