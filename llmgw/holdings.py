@@ -15,7 +15,15 @@ an answer of "holds nothing" would be a lie that frees claimed GPUs.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Protocol
+from typing import NamedTuple, Protocol
+
+
+class ShardCount(NamedTuple):
+    node: int
+    model: str
+    memory_gb: float | None
+    cpu_cores: int | None
+    shards: int
 
 
 class Reader(Protocol):
@@ -26,6 +34,15 @@ class Reader(Protocol):
     def profiles_in_use(self, models: Collection[str]) -> dict[str, dict[str, int]]:
         """Model name -> profile name -> replicas that run on it, for the
         profiles that have any."""
+
+    def shard_counts(self, nodes: Collection[int] | None) -> list[ShardCount]:
+        """How many shards of each model and profile each node runs, with
+        the memory and cores the profile declares, for these nodes or every
+        node (None)."""
+
+    def claimed_gpus(self, nodes: Collection[int] | None) -> list[tuple[int, int]]:
+        """(node pk, GPU index) of every claimed card, for these nodes or
+        every node (None)."""
 
 
 _reader: list[Reader] = []

@@ -10,9 +10,10 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
+from llmgw import holdings
 from llmgw.catalog.models import Profile as ProfileRow
 from llmgw.fabrics.choices import link_up
 from llmgw.fabrics.models import FabricMap, Port
@@ -64,23 +65,13 @@ def claims_by_node(only: Collection[int] | None = None) -> Claims:
 
     Counted per profile and converted per shard as the scheduler converts
     them, so a fractional memory_gb adds up to the same bytes either way.
-    Read through the node's own relations: serving stores the shards, and
-    placement reads them without importing serving."""
-    nodes = Node.objects.all() if only is None else Node.objects.filter(pk__in=list(only))
-    rows = nodes.values(
-        "pk",
-        "shards__replica__model__name",
-        "shards__replica__profile__memory_gb",
-        "shards__replica__profile__cpu_cores",
-    ).annotate(count=Count("shards"))
+    Serving stores the shards and answers (llmgw/holdings.py): placement
+    may not import it, nor walk its relations."""
     claims = Claims()
-    for r in rows:
-        node, count, model = r["pk"], r["count"], r["shards__replica__model__name"]
-        if not count:  # a node with no shard at all (the join is an outer one)
-            continue
-        claims.memory[node] += count * gib_bytes(r["shards__replica__profile__memory_gb"] or 0)
-        claims.cores[node] += count * (r["shards__replica__profile__cpu_cores"] or 0)
-        claims.models[node][model] = claims.models[node].get(model, 0) + count
+    for r in holdings.reader().shard_counts(only):
+        claims.memory[r.node] += r.shards * gib_bytes(r.memory_gb or 0)
+        claims.cores[r.node] += r.shards * (r.cpu_cores or 0)
+        claims.models[r.node][r.model] = claims.models[r.node].get(r.model, 0) + r.shards
     return claims
 
 
@@ -411,9 +402,7 @@ def node_views(only: Collection[int] | None = None) -> list[NodeView]:
     claimed = defaultdict(set)
     mine = Node.objects.all() if only is None else Node.objects.filter(pk__in=list(only))
     mine = mine.only(*NODE_READS)
-    for node_id, index in mine.filter(gpu_claims__isnull=False).values_list(
-        "pk", "gpu_claims__index"
-    ):
+    for node_id, index in holdings.reader().claimed_gpus(only):
         claimed[node_id].add(index)
     nodes = list(mine)
     cards = placed_cards(only)

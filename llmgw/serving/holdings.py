@@ -7,7 +7,8 @@ from collections.abc import Collection
 
 from django.db.models import Count
 
-from llmgw.serving.models import Replica, Shard
+from llmgw.holdings import ShardCount
+from llmgw.serving.models import GpuClaim, Replica, Shard
 
 
 class Holdings:
@@ -32,3 +33,21 @@ class Holdings:
         for r in rows:
             used.setdefault(r["model__name"], {})[r["profile__name"]] = r["n"]
         return used
+
+    def shard_counts(self, nodes: Collection[int] | None) -> list[ShardCount]:
+        shards = (
+            Shard.objects.all() if nodes is None else Shard.objects.filter(node_id__in=list(nodes))
+        )
+        rows = shards.values_list(
+            "node_id",
+            "replica__model__name",
+            "replica__profile__memory_gb",
+            "replica__profile__cpu_cores",
+        ).annotate(count=Count("id"))
+        return [ShardCount(*row) for row in rows]
+
+    def claimed_gpus(self, nodes: Collection[int] | None) -> list[tuple[int, int]]:
+        claims = GpuClaim.objects.all()
+        if nodes is not None:
+            claims = claims.filter(node_id__in=list(nodes))
+        return list(claims.values_list("node_id", "index"))
