@@ -8,7 +8,9 @@ its health checks and hangs on its first collective.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from llmgw.locations import label as level_label
 
@@ -18,6 +20,8 @@ from .types import Profile, Reason
 
 Candidate = tuple[NodeState, tuple[int, ...]]
 Option = tuple[tuple[object, ...], str, list[Candidate]]
+# A set preference put first and a power cap refused: its rank, and why.
+Refused = tuple[tuple[object, ...], Refusal]
 
 NVLINK_PREFIX = "nvlink:"
 PART = "@"
@@ -77,18 +81,20 @@ def within(members: list[Candidate], p: Profile) -> dict[str, list[Candidate]]:
 
 
 def _options(
-    cands: list[Candidate], p: Profile, model: str, replicas: Replicas
-) -> tuple[list[Option], dict[str, int]]:
+    cands: list[Candidate], p: Profile, model: str, replicas: Replicas, capped: bool
+) -> tuple[list[Option], dict[str, int], list[Refused]]:
     """Every way to form the replica inside one group (and one domain, with
-    keep_within), and each group's size (its largest domain's, then)."""
+    keep_within), each group's size (its largest domain's, then), and, with
+    power caps, the sets preference put first that a cap refused."""
     options: list[Option] = []
     sizes: dict[str, int] = {}
+    refused: list[Refused] = []
     for members, label in _groups(cands, p):
         parts = within(members, p)
         sizes[label] = max(map(len, parts.values()), default=0)
         for part in parts.values():
-            options.extend(_formed(part, label, p, model, replicas))
-    return options, sizes
+            options.extend(_formed(part, label, p, model, replicas, capped, refused))
+    return options, sizes, refused
 
 
 def _groups(cands: list[Candidate], p: Profile) -> list[tuple[list[Candidate], str]]:
@@ -120,57 +126,101 @@ def _groups(cands: list[Candidate], p: Profile) -> list[tuple[list[Candidate], s
 
 
 def _formed(
-    members: list[Candidate], label: str, p: Profile, model: str, replicas: Replicas
+    members: list[Candidate],
+    label: str,
+    p: Profile,
+    model: str,
+    replicas: Replicas,
+    capped: bool,
+    refused: list[Refused],
 ) -> list[Option]:
     k = p.nodes_per_replica
     cls = p.gpu_class
     if len(members) < k:
         return []
-    if label.startswith(NVLINK_PREFIX):
-        members.sort(key=lambda c: _key(c[0], None, model, cls, replicas))
-        sel = members[:k]
-        keys = [_key(c[0], None, model, cls, replicas) for c in sel]
-        return [(_rank(keys, 0, 0, label), label, sel)]
-    f = label
+    fabric = None if label.startswith(NVLINK_PREFIX) else label
+    kind = 0 if fabric is None else 1
+    members.sort(key=lambda c: _key(c[0], fabric, model, cls, replicas))
+    sets: list[tuple[int, list[Candidate]]] = []
+    if fabric is not None:
+        # Nodes under one leaf switch together when they can.
+        leaves: dict[str, list[Candidate]] = {}
+        for c in members:
+            leaf = c[0].view.fabric_leaves.get(fabric)
+            if leaf is not None:
+                leaves.setdefault(leaf, []).append(c)
+        sets.extend((0, m) for m in leaves.values() if len(m) >= k)
+    sets.append((0 if fabric is None else 1, members))
+
+    def rank(sel: list[Candidate], leaf: int) -> tuple[object, ...]:
+        keys = [_key(c[0], fabric, model, cls, replicas) for c in sel]
+        return _rank(keys, kind, leaf, label)
+
     options: list[Option] = []
-    members.sort(key=lambda c: _key(c[0], f, model, cls, replicas))
-    # Nodes under one leaf switch together when they can.
-    leaves: dict[str, list[Candidate]] = {}
-    for c in members:
-        leaf = c[0].view.fabric_leaves.get(f)
-        if leaf is not None:
-            leaves.setdefault(leaf, []).append(c)
-    for leaf_members in leaves.values():
-        if len(leaf_members) >= k:
-            sel = leaf_members[:k]
-            keys = [_key(c[0], f, model, cls, replicas) for c in sel]
-            options.append((_rank(keys, 1, 0, f), f, sel))
-    sel = members[:k]
-    keys = [_key(c[0], f, model, cls, replicas) for c in sel]
-    options.append((_rank(keys, 1, 1, f), f, sel))
+    for leaf, pool in sets:
+        sel = _take(pool, p, capped, refused, partial(rank, leaf=leaf))
+        if sel is not None:
+            options.append((rank(sel, leaf), label, sel))
     return options
 
 
-def _best(options: list[Option], p: Profile, capped: bool) -> tuple[Option | None, Refusal | None]:
-    """The best-ranked option, and with power caps the best that keeps
-    every capped domain within its cap (with why the first one did not)."""
+def _take(
+    pool: list[Candidate],
+    p: Profile,
+    capped: bool,
+    refused: list[Refused],
+    rank: Callable[[list[Candidate]], tuple[object, ...]],
+) -> list[Candidate] | None:
+    """The replica's nodes from a pool in preference order. Power is judged
+    here, as each node is taken, not on the set preference made: a set
+    refused whole left a group with other nodes that fit unused, so a fleet
+    whose labels ordered its nodes otherwise placed a replica that the same
+    fleet unlabelled refused. A node whose shard would take a capped domain
+    past its cap with those taken before it is passed over; if preference
+    order finds no set, the nodes that add the fewest watts are tried."""
+    k = p.nodes_per_replica
     if not capped:
-        return (min(options, key=lambda o: o[0]) if options else None), None
-    first: Refusal | None = None
-    for option in sorted(options, key=lambda o: o[0]):
-        shards = {c[0].ordinal: (c[0], power.shard_watts(c[0], p, c[1])) for c in option[2]}
-        refusal = power.over_cap(shards, p)
-        if refusal is None:
-            return option, first
-        first = first or refusal
-    return None, first
+        return pool[:k]
+    top = pool[:k]
+    over = power.over_cap(_shards(top, p), p)
+    if over is None:
+        return top
+    refused.append((rank(top), over))
+    watts = {c[0].ordinal: _rise(c, p) for c in pool}
+    for order in (pool, sorted(pool, key=lambda c: watts[c[0].ordinal])):
+        taken: list[Candidate] = []
+        for c in order:
+            if power.over_cap(_shards([*taken, c], p), p) is None:
+                taken.append(c)
+                if len(taken) == k:
+                    return taken
+    return None
+
+
+def _shards(sel: list[Candidate], p: Profile) -> dict[int, tuple[NodeState, float | None]]:
+    return {c[0].ordinal: (c[0], power.shard_watts(c[0], p, c[1])) for c in sel}
+
+
+def _rise(c: Candidate, p: Profile) -> float:
+    # What the node's shard adds to its capped domains, all told.
+    n = c[0]
+    watts = power.shard_watts(n, p, c[1]) or 0.0
+    return len(n.power) * ((power.node_draw(n, watts) or 0.0) - (power.node_draw(n) or 0.0))
+
+
+def _best(options: list[Option], refused: list[Refused]) -> tuple[Option | None, Refusal | None]:
+    """The best-ranked option, and why a set ranked above it was refused
+    (power caps are judged as each option is formed, see _take)."""
+    best = min(options, key=lambda o: o[0]) if options else None
+    above = [r for r in refused if best is None or r[0] < best[0]]
+    return best, (min(above, key=lambda r: r[0])[1] if above else None)
 
 
 def plan(
     cands: list[Candidate], p: Profile, model: str, replicas: Replicas, capped: bool = False
 ) -> MultiPlan | None:
-    options, _ = _options(cands, p, model, replicas)
-    best, _ = _best(options, p, capped)
+    options, _, refused = _options(cands, p, model, replicas, capped)
+    best, _ = _best(options, refused)
     if best is None:
         return None
     return MultiPlan(best[1], best[2])
@@ -181,8 +231,8 @@ def unchosen(
 ) -> dict[int, Refusal]:
     """Why each node that fits a shard is not in the replica (by ordinal)."""
     k = p.nodes_per_replica
-    options, sizes = _options(cands, p, model, replicas)
-    best, over = _best(options, p, capped)
+    options, sizes, refused = _options(cands, p, model, replicas, capped)
+    best, over = _best(options, refused)
     if best is None and over is not None:
         # Groups that fit, every one of them over a cap: the cap is what bit.
         return {n.ordinal: (over[0], f"{n.view.name}: {over[1]}") for n, _ in cands}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from llmgw.placement.claims import apply_to_views
@@ -127,8 +127,39 @@ def unlabelled(v: NodeView) -> NodeView:
     return replace(v, labels={})
 
 
+def row_capped(name: str, gpus: int, models: dict[str, int] | None = None) -> NodeView:
+    """A node of row w1, capped at 2 kW, its draw unknown."""
+    return NodeView(
+        name=name,
+        cpus=64,
+        memory_total_bytes=2**40,
+        labels={"llmgw.io/row": "w1"},
+        gpus=tuple(GpuView(index=g, uuid=f"GPU-{name}-{g}", gpu_class="H100") for g in range(gpus)),
+        fabrics={"ib-a": ("mlx5_0",)},
+        models=models or {},
+        budgets=(("row=w1", 2000.0),),
+    )
+
+
+# Found by this test: two 1.5 kW shards over ib-a. Labelled, spread puts
+# n5 (outside row w1, which runs a replica already) first and the pair
+# n5, n2 fits the cap; unlabelled, the nodes tie, preference took n2 and
+# n4, both in row w1 (3 kW past its 2 kW), and the cap refused that set
+# whole, never trying n5 beside n2.
+CAPPED_PAIR = (
+    [
+        row_capped("n2", 1),
+        row_capped("n3", 0, {MODEL: 1}),
+        row_capped("n4", 1),
+        replace(row_capped("n5", 1), labels={}, budgets=()),
+    ],
+    [Profile(name="p0", gpu_class="H100", gpus_per_shard=1, nodes_per_replica=2, power_w=1500.0)],
+)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets())
+@example(CAPPED_PAIR)
 def test_spread_never_refuses_a_replica_that_fits(
     fleet: tuple[list[NodeView], list[Profile]],
 ) -> None:
