@@ -133,13 +133,14 @@ def _document(engines_text: str, shards: list[dict[str, Any]]) -> str:
 # decoded each time.
 WITH_CHANGES = f"""
 SELECT v.*, s.*
-FROM (SELECT {followed.SNAPSHOT}, {followed.SINCE} AS changed, {followed.OWN} AS own) AS v
+FROM (SELECT {followed.SNAPSHOT}, {followed.since(followed.ENGINE)} AS changed,
+             {followed.own(followed.ENGINE)} AS own) AS v
 LEFT JOIN ({SHARDS}) AS s ON true
 """
 
 
 class Check(NamedTuple):
-    """The change log as read with the shards (followed.SNAPSHOT, SINCE, OWN)."""
+    """The change log as read with the shards (followed.SNAPSHOT, since, own)."""
 
     snapshot: str
     own_xid: str | None
@@ -212,7 +213,10 @@ class Catalog:
         return kept
 
 
-CHECK = f"SELECT {followed.SNAPSHOT}, {followed.SINCE}, {followed.OWN}"
+CHECK = (
+    f"SELECT {followed.SNAPSHOT}, {followed.since(followed.ENGINE)}, "
+    f"{followed.own(followed.ENGINE)}"
+)
 CATALOG = Catalog()
 
 

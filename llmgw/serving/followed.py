@@ -64,19 +64,31 @@ READERS = (
     ),
 )
 
-# Whether a row of a kind was logged by a transaction that had not
-# committed at the reader's snapshot (other than this one), and whether
-# this transaction logged one itself: what it reads then is its own, not
-# yet anyone else's, and is not kept.
-SINCE = """
+
+def since(kind: str) -> str:
+    """SQL: whether a row of the kind was logged by a transaction that had
+    not committed at the reader's snapshot (other than this one); its
+    parameters are Cursor.params(). The kind is written into the text,
+    not passed: on the generic plan placement's statements run on, a kind
+    the planner cannot see made it scan the whole log for a rare one."""
+    assert kind.isidentifier(), kind
+    return f"""
 EXISTS (SELECT 1 FROM serving_nodechange
-        WHERE kind = %s AND (xid >= %s::xid8 OR xid = ANY(%s::xid8[]))
+        WHERE kind = '{kind}' AND (xid >= %s::xid8 OR xid = ANY(%s::xid8[]))
           AND xid IS DISTINCT FROM pg_current_xact_id_if_assigned())
 """
-OWN = """
+
+
+def own(kind: str) -> str:
+    """SQL: whether this transaction logged a row of the kind itself: what
+    it reads then is its own, not yet anyone else's, and is not kept."""
+    assert kind.isidentifier(), kind
+    return f"""
 EXISTS (SELECT 1 FROM serving_nodechange
-        WHERE kind = %s AND xid = pg_current_xact_id_if_assigned())
+        WHERE kind = '{kind}' AND xid = pg_current_xact_id_if_assigned())
 """
+
+
 SNAPSHOT = "pg_current_snapshot()::text, pg_current_xact_id_if_assigned()::text"
 
 
@@ -99,8 +111,8 @@ class Cursor:
         return self.xmax is not None and time.monotonic() - self.checked_at < IDLE_S
 
     def params(self) -> list[object]:
-        """SINCE's and OWN's parameters, in that order."""
-        return [self.kind, self.xmax or "0", self.xip, self.kind]
+        """since()'s parameters."""
+        return [self.xmax or "0", self.xip]
 
     def moved(self, snapshot: str, own: str | None) -> None:
         """Checked at `snapshot` (SNAPSHOT's two values): the next check
