@@ -13,30 +13,49 @@ processes that both slipped past the advisory lock still cannot
 over-commit a node between them. The rows are locked first (the nodes'
 desired state, rewritten just before, already holds them), so a
 transaction that changed them has committed before this read's snapshot.
+
+Power caps span nodes, so a log row for the decision's own nodes does not
+see a claim another process made next door: the same statement locks the
+caps (facility_budget rows) of every domain the decision's nodes are in,
+and a second statement, whose snapshot is taken after those locks were
+granted, sums each domain's draw as placement.power judges it, from the
+stored shards and the latest readings, and the decision stands only
+within every cap. Two processes placing in one capped domain take its
+row in turn, so the second counts the first's committed shards. Only a
+decision in a capped domain pays that second statement.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from datetime import datetime
+from typing import NamedTuple
 
 from django.utils import timezone
 
 from llmgw.database import prepared
+from llmgw.placement import power
 
 # The log rows the look did not see, read once through the index on xid
-# (a condition per node joined with OR made it a scan of the whole log).
+# (a condition per node joined with OR made it a scan of the whole log);
+# and the caps of the decision's nodes' domains, locked for POWER.
 CHECK = """
 WITH unseen AS MATERIALIZED (
     SELECT node_id FROM serving_nodechange
     WHERE kind = 'node' AND (xid >= %(xmax)s::xid8 OR xid = ANY(%(xip)s::xid8[]))
       AND xid <> pg_current_xact_id()
+), capped AS MATERIALIZED (
+    SELECT b.domain FROM facility_budget b
+    WHERE EXISTS (SELECT 1 FROM inventory_node n WHERE n.id = ANY(%(nodes)s) AND {member})
+    ORDER BY b.domain
+    FOR NO KEY UPDATE OF b
 )
 SELECT n.id,
        n.state, n.last_heartbeat_at, n.heartbeat_interval_s,
        n.memory_total_bytes, n.cpus,
        COALESCE(claimed.memory, 0), COALESCE(claimed.cores, 0),
-       EXISTS (SELECT 1 FROM unseen u WHERE u.node_id = n.id OR u.node_id IS NULL)
+       EXISTS (SELECT 1 FROM unseen u WHERE u.node_id = n.id OR u.node_id IS NULL),
+       ARRAY(SELECT domain FROM capped)
 FROM inventory_node n
 LEFT JOIN LATERAL (
     -- As the snapshot counts claims: a profile's declared figures, per shard.
@@ -51,6 +70,102 @@ ORDER BY n.name
 FOR NO KEY UPDATE OF n
 """
 
+# Node n is in the domain b.domain (facility.domains.keys_of): its name,
+# or LEVEL=VALUE where its label llmgw.io/LEVEL (an operator's over the
+# agent's) is VALUE.
+MEMBER = """
+CASE WHEN strpos(b.domain, '=') = 0 THEN n.name = b.domain
+     ELSE COALESCE(
+            n.operator_labels ->> ('llmgw.io/' || split_part(b.domain, '=', 1)),
+            n.agent_labels ->> ('llmgw.io/' || split_part(b.domain, '=', 1))
+          ) = substr(b.domain, strpos(b.domain, '=') + 1)
+END
+"""
+CHECK = CHECK.replace("{member}", MEMBER)
+
+
+def _elements(array: str) -> str:
+    """The elements of a JSON array; none of anything else."""
+    return (
+        f"jsonb_array_elements(CASE WHEN jsonb_typeof({array}) = 'array' "
+        f"THEN {array} ELSE '[]'::jsonb END)"
+    )
+
+
+# A node's three figures (facility.power, placement.power): declared by
+# its stored shards' profiles, derived from its cards' power limits,
+# measured as its cards' draw and its CPU packages'; NULL where nothing
+# says. Each domain: its cap, its draw (each node's largest figure, with
+# what this transaction's shards add: `watts` to what is declared and
+# measured, `undeclared` the part of it no profile declares, which the
+# stored shards do not count), and its nodes. And whether a hold or a cap
+# changed since the look (a whole-fleet row): the caps read here would
+# not be the ones the decision was made under.
+POWER = f"""
+WITH added AS (
+    SELECT * FROM unnest(%(added)s::bigint[], %(watts)s::float8[], %(undeclared)s::float8[])
+        AS a(node_id, watts, undeclared)
+), figures AS (
+    SELECT b.domain, b.watts AS cap, n.id,
+           a.watts AS added, a.undeclared,
+           (SELECT sum(p.power_w) FROM serving_shard s
+            JOIN serving_replica r ON r.id = s.replica_id
+            JOIN catalog_profile p ON p.id = r.profile_id
+            WHERE s.node_id = n.id AND p.power_w IS NOT NULL) AS declared,
+           (SELECT sum((g ->> 'power_limit_w')::float8) FROM {_elements("n.gpu_telemetry")} g
+            WHERE jsonb_typeof(g -> 'power_limit_w') = 'number') AS derived,
+           (SELECT sum(w) FROM (
+                SELECT (g ->> 'power_draw_w')::float8 FROM {_elements("n.gpu_telemetry")} g
+                WHERE jsonb_typeof(g -> 'power_draw_w') = 'number'
+                UNION ALL
+                SELECT (c ->> 'power_w')::float8
+                FROM {_elements("n.sensors -> 'cpu_packages'")} c
+                WHERE jsonb_typeof(c -> 'power_w') = 'number'
+            ) AS readings(w)) AS measured
+    FROM facility_budget b
+    JOIN inventory_node n ON {MEMBER}
+    LEFT JOIN added a ON a.node_id = n.id
+    WHERE b.domain = ANY(%(domains)s)
+), draws AS (
+    SELECT domain, cap, id,
+           GREATEST(
+               CASE WHEN declared IS NULL AND COALESCE(undeclared, 0) = 0 THEN NULL
+                    ELSE COALESCE(declared, 0) + COALESCE(undeclared, 0) END,
+               derived,
+               measured + COALESCE(added, 0)
+           ) AS draw
+    FROM figures
+)
+SELECT domain, cap, COALESCE(sum(draw), 0), count(*) FILTER (WHERE draw IS NULL),
+       array_agg(id),
+       EXISTS (SELECT 1 FROM serving_nodechange
+               WHERE kind = 'node' AND node_id IS NULL
+                 AND (xid >= %(xmax)s::xid8 OR xid = ANY(%(xip)s::xid8[]))
+                 AND xid <> pg_current_xact_id())
+FROM draws
+GROUP BY domain, cap
+ORDER BY domain
+"""
+
+
+class Want(NamedTuple):
+    """What this transaction's decisions claim on one node."""
+
+    memory: int = 0
+    cores: int = 0
+    # Watts their shards add (placement.power.shard_watts), and the part
+    # of them no profile declares (drawn from the cards' limits).
+    watts: float = 0.0
+    undeclared: float = 0.0
+
+    def plus(self, memory: int, cores: int, watts: float, undeclared: float) -> Want:
+        return Want(
+            self.memory + memory,
+            self.cores + cores,
+            self.watts + watts,
+            self.undeclared + undeclared,
+        )
+
 
 class Changed(Exception):
     """The decision's nodes changed since the look it was made after."""
@@ -62,35 +177,77 @@ class Changed(Exception):
 
 
 def check(
-    wants: dict[int, tuple[int, int]],
+    wants: dict[int, Want],
     names: dict[int, str],
     xmax: str,
     xip: Collection[str],
     deadline: Callable[[str, datetime | None, int, datetime], datetime | None],
 ) -> None:
-    """Raise Changed unless every node in `wants` (node pk -> the memory
-    and cores this transaction's decisions claim there) is as the look at
-    (`xmax`, `xip`) saw it. `deadline(state, last_heartbeat_at, interval,
-    now)`: the readiness rule the index follows (None: not Ready)."""
+    """Raise Changed unless every node in `wants` (node pk -> what this
+    transaction's decisions claim there) is as the look at (`xmax`, `xip`)
+    saw it, and every capped domain they are in stays within its cap.
+    `deadline(state, last_heartbeat_at, interval, now)`: the readiness rule
+    the index follows (None: not Ready)."""
     now: datetime = timezone.now()
     with prepared.cursor() as cursor:
         cursor.execute(CHECK, {"xmax": xmax, "xip": list(xip), "nodes": list(wants)})
         rows = cursor.fetchall()
     changed: set[int] = set(wants) - {r[0] for r in rows}
     why = [f"{names.get(pk, pk)} is gone" for pk in sorted(changed)]
-    for pk, state, at, every, total, cpus, memory, cores, logged in rows:
+    domains: list[str] = []
+    for pk, state, at, every, total, cpus, memory, cores, logged, capped in rows:
+        domains = capped
         name = names.get(pk, str(pk))
-        want_mem, want_cores = wants[pk]
+        want = wants[pk]
         if logged:
             why.append(f"{name} changed since placement looked")
         elif deadline(state, at, every, now) is None:
             why.append(f"{name} is no longer Ready")
-        elif want_mem and total is not None and memory > total:
+        elif want.memory and total is not None and memory > total:
             why.append(f"{name} would be over-committed: {memory} bytes claimed of {total}")
-        elif want_cores and cpus is not None and cores > cpus:
+        elif want.cores and cpus is not None and cores > cpus:
             why.append(f"{name} would be over-committed: {cores} cores claimed of {cpus}")
         else:
             continue
         changed.add(pk)
+    if not changed and domains:
+        changed = _within_caps(wants, domains, xmax, xip, why)
     if changed:
         raise Changed(changed, why)
+
+
+# Sums of floats in another order than the scheduler's: a draw this
+# close to its cap is the scheduler's to judge.
+SLACK_W = 0.001
+
+
+def _within_caps(
+    wants: dict[int, Want], domains: list[str], xmax: str, xip: Collection[str], why: list[str]
+) -> set[int]:
+    """The nodes of each capped domain the decisions take past its cap
+    (all read again: their draws are what was misjudged), said in `why`."""
+    added = [pk for pk, want in wants.items() if want.watts]
+    params = {
+        "added": added,
+        "watts": [wants[pk].watts for pk in added],
+        "undeclared": [wants[pk].undeclared for pk in added],
+        "domains": domains,
+        "xmax": xmax,
+        "xip": list(xip),
+    }
+    with prepared.cursor() as cursor:
+        cursor.execute(POWER, params)
+        rows = cursor.fetchall()
+    changed: set[int] = set()
+    for domain, cap, draw, unknown, members, whole in rows:
+        if whole:
+            why.append("the facility's holds or caps changed since placement looked")
+            changed |= set(wants)
+        elif draw > cap + SLACK_W:
+            nodes = f", {unknown} of its nodes of unknown draw" if unknown else ""
+            why.append(
+                f"{power.domain_name(domain)} would draw {draw / 1000:.1f} kW "
+                f"of its {cap / 1000:.1f} kW cap{nodes}"
+            )
+            changed |= set(members)
+    return changed

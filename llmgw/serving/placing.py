@@ -123,16 +123,14 @@ def _place_once(names: list[str], hold: bool) -> list[tuple[Replica | None, Plac
                     inventory = fleet.private()
                 xmax, xip, xid = fleet.xmax, list(fleet.xip), fleet.own_xid
                 out: list[tuple[Replica | None, Placement, Held]] = []
-                wants: dict[int, tuple[int, int]] = {}
+                wants: dict[int, checked.Want] = {}
                 for name in names:
                     model, stored = catalogs[name]
                     replica, result, held, pks = _place_one(model, stored, inventory, hold)
                     if result.decision is not None:
                         if shared:
                             applied.append(result.decision)
-                        for pk, shard in zip(pks, result.decision.shards, strict=True):
-                            mem, cores = wants.get(pk, (0, 0))
-                            wants[pk] = (mem + shard.memory_bytes, cores + shard.cpu_cores)
+                        _claims(wants, pks, result.decision, stored)
                     held = held or Held(counts[name], counts[name])
                     counts[name] = held.after
                     out.append((replica, result, held))
@@ -150,6 +148,19 @@ def _place_once(names: list[str], hold: bool) -> list[tuple[Replica | None, Plac
         else:
             fleet.restore(applied)
     return out
+
+
+def _claims(
+    wants: dict[int, checked.Want], pks: list[int], decision: Decision, stored: list[Profile]
+) -> None:
+    """Add what the decision's shards claim on their nodes (pks, in the
+    shards' order) to `wants`, for the database's check."""
+    declares = next(p.power_w is not None for p in stored if p.name == decision.profile)
+    for pk, shard in zip(pks, decision.shards, strict=True):
+        watts = shard.power_w or 0.0
+        wants[pk] = wants.get(pk, checked.Want()).plus(
+            shard.memory_bytes, shard.cpu_cores, watts, 0.0 if declares else watts
+        )
 
 
 def _place_one(
@@ -266,7 +277,8 @@ HOLDING_CATALOG = _catalog_sql(locking=True, hold=True)
 def _rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
     with prepared.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows
 
 
 def _instance(model: type[Any], values: tuple[Any, ...]) -> Any:
@@ -361,21 +373,21 @@ def _record(model: Model, replica: Replica | None, data: dict[str, Any]) -> None
         PlacementRecord.objects.create(model=model, **fields)
 
 
-@transaction.atomic
 def release_replica(replica_id: int) -> None:
     """Release a replica whole: its shards and every claim they hold, and
     tell its nodes (their desired state drops the shards, so agents stop
-    them)."""
-    rows = list(
-        Shard.objects.filter(replica_id=replica_id).values_list(
-            "node_id", "node__name", "replica__model__name"
+    them), in one transaction."""
+    with transaction.atomic():
+        rows = list(
+            Shard.objects.filter(replica_id=replica_id).values_list(
+                "node_id", "node__name", "replica__model__name"
+            )
         )
-    )
-    Replica.objects.filter(pk=replica_id).delete()
-    desired.rebuild([node for node, _, _ in rows])
-    if rows:
-        names = sorted({name for _, name, _ in rows})
-        events.publish("replica_released", model=rows[0][2], replica=replica_id, nodes=names)
+        Replica.objects.filter(pk=replica_id).delete()
+        desired.rebuild([node for node, _, _ in rows])
+        if rows:
+            names = sorted({name for _, name, _ in rows})
+            events.publish("replica_released", model=rows[0][2], replica=replica_id, nodes=names)
 
 
 def explain(model_name: str) -> dict[str, Any]:
