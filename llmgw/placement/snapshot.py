@@ -377,8 +377,10 @@ FOLLOWED_OTHERWISE = {
     "inventory_node.last_heartbeat_at": "readiness: the warm fleet keeps each node's "
     "deadline and looks the heartbeat up when it passes",
     "inventory_node.gpu_telemetry": "measured power and GPU power limits, which change "
-    "with every reading: read again on a timer for nodes in a capped domain, the only "
-    "ones whose placement they move",
+    "with every reading (logged, every process would read 500 nodes a second at 5,000): "
+    "read again on a timer for nodes in a capped domain, the only ones whose placement "
+    "they move, and read under lock by the database's check of each decision there "
+    "(serving.checked), so a stale reading never takes a domain past its cap",
     "inventory_node.sensors": "measured power, as gpu_telemetry",
     "facility_hold.held_at": "shown, not weighed",
     "facility_hold.held_by": "shown, not weighed",
