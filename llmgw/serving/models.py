@@ -13,7 +13,7 @@ from django.db import models
 from llmgw.serving.choices import ReplicaState
 
 
-class Replica(models.Model):
+class Replica(models.Model):  # type: ignore[misc]  # Django ships no types
     model = models.ForeignKey("catalog.Model", on_delete=models.CASCADE, related_name="replicas")
     profile = models.ForeignKey(
         "catalog.Profile", on_delete=models.PROTECT, related_name="replicas"
@@ -37,7 +37,7 @@ class Replica(models.Model):
         return f"{self.model.name}#{self.pk}"
 
 
-class Shard(models.Model):
+class Shard(models.Model):  # type: ignore[misc]  # Django ships no types
     replica = models.ForeignKey(Replica, on_delete=models.CASCADE, related_name="shards")
     node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="shards")
     rank = models.PositiveSmallIntegerField(default=0)
@@ -65,7 +65,7 @@ class Shard(models.Model):
         return f"{self.replica}/{self.rank}@{self.node.name}"
 
 
-class GpuClaim(models.Model):
+class GpuClaim(models.Model):  # type: ignore[misc]  # Django ships no types
     shard = models.ForeignKey(Shard, on_delete=models.CASCADE, related_name="gpu_claims")
     node = models.ForeignKey("inventory.Node", on_delete=models.CASCADE, related_name="gpu_claims")
     index = models.PositiveSmallIntegerField()
@@ -74,7 +74,7 @@ class GpuClaim(models.Model):
         constraints = [models.UniqueConstraint(fields=["node", "index"], name="one_claim_per_gpu")]
 
 
-class HeldState(models.Model):
+class HeldState(models.Model):  # type: ignore[misc]  # Django ships no types
     """The reconciler's memory of a model's load, for under_load's
     hysteresis: scale up once loaded for a while, back once idle for longer."""
 
@@ -88,7 +88,7 @@ class HeldState(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
 
-class PlacementRecord(models.Model):
+class PlacementRecord(models.Model):  # type: ignore[misc]  # Django ships no types
     """The last placement attempt per model, placed or refused, for explain."""
 
     model = models.OneToOneField(
@@ -103,7 +103,7 @@ class PlacementRecord(models.Model):
     explanation = models.JSONField(default=dict)
 
 
-class ApiKey(models.Model):
+class ApiKey(models.Model):  # type: ignore[misc]  # Django ships no types
     """A key for the OpenAI-compatible gateway (/v1/).
 
     Only the SHA-256 of the key is stored: the key itself is shown once, at
