@@ -105,7 +105,7 @@ def reader(kind: str) -> followed.Reader:
 
 
 @pytest.mark.parametrize("kind", [r.kind for r in followed.READERS])
-def test_every_column_a_kept_copy_reads_is_logged_or_said_why_not(kind):
+def test_every_column_a_kept_copy_reads_is_logged_or_said_why_not(kind: str) -> None:
     bulk_fleet.build(2, start=8)
     Engine.objects.create(name="llama.cpp", version="b1", default=True)
     assert not unlogged(reader(kind)), (
@@ -115,7 +115,7 @@ def test_every_column_a_kept_copy_reads_is_logged_or_said_why_not(kind):
     )
 
 
-def test_a_node_is_read_with_its_listed_columns_alone():
+def test_a_node_is_read_with_its_listed_columns_alone() -> None:
     # A column a view uses that is not in NODE_READS is loaded node by node
     # (Django fetches a deferred field when it is touched): the query count
     # would grow with the nodes read.
@@ -128,14 +128,16 @@ def test_a_node_is_read_with_its_listed_columns_alone():
     assert node_columns == set(snapshot.NODE_READS) - KEYS
 
 
-def test_the_check_fails_on_a_column_no_trigger_logs(monkeypatch):
+def test_the_check_fails_on_a_column_no_trigger_logs(monkeypatch: pytest.MonkeyPatch) -> None:
     # The test above can fail: a column read that nothing logs.
     bulk_fleet.build(1, start=8)
     monkeypatch.setattr(snapshot, "NODE_READS", (*snapshot.NODE_READS, "kernel"))
     assert unlogged(reader(followed.NODE)) == {"inventory_node.kernel"}
 
 
-def test_the_check_fails_on_a_column_logged_for_another_kind(monkeypatch):
+def test_the_check_fails_on_a_column_logged_for_another_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # The engine catalog's copy starts to read a model's source (logged
     # by nothing) and a profile's declared watts (logged, but as a node
     # change, which the engine catalog does not follow).

@@ -31,6 +31,7 @@ from llmgw.facility.models import Hold
 from llmgw.inventory import services as inventory
 from llmgw.inventory.models import Gpu
 from llmgw.placement.scheduler import Inventory
+from llmgw.placement.services import PlacementError
 from llmgw.placement.snapshot import node_views
 from llmgw.placement.types import READY
 from llmgw.serving import checked, placing, warm
@@ -94,7 +95,7 @@ def claim_free_card(rng: random.Random) -> None:
     GpuClaim.objects.create(shard=shard, node_id=node_id, index=index)
 
 
-def change(rng: random.Random, names: list[str]) -> Callable[[], None]:
+def change(rng: random.Random, names: list[str]) -> Callable[[], object]:
     """One committed change of the fleet, as another process makes it."""
     name = rng.choice(names)
     kind = rng.choice(["cordon", "uncordon", "label", "card", "heal", "claim", "release", "hold"])
@@ -116,7 +117,7 @@ def change(rng: random.Random, names: list[str]) -> Callable[[], None]:
         return lambda: claim_free_card(rng)
     if kind == "release":
         pk = rng.choice([None, *Replica.objects.values_list("pk", flat=True)])
-        return lambda: pk is None or placing.release_replica(pk)
+        return lambda: None if pk is None else placing.release_replica(pk)
     pdu = f"pdu={rng.choice(['r000-pdu0', 'r000-pdu1'])}"
     if Hold.objects.filter(domain=pdu).exists():
         return lambda: facility.release(pdu)
@@ -129,14 +130,14 @@ def change(rng: random.Random, names: list[str]) -> Callable[[], None]:
 def place(model: str) -> Replica | None:
     try:
         return placing.place_replica(model)[0]
-    except placing.placement.PlacementError:
+    except PlacementError:
         return None
 
 
-def place_racing(model: str, other: Callable[[], None]) -> Replica | None:
+def place_racing(model: str, other: Callable[[], object]) -> Replica | None:
     """A placement whose look misses a change committed right after it."""
     real = warm.WarmFleet._changes
-    done = []
+    done: list[bool] = []
 
     def look(self: warm.WarmFleet, *args: Any) -> Any:
         out = real(self, *args)
@@ -145,11 +146,12 @@ def place_racing(model: str, other: Callable[[], None]) -> Replica | None:
             elsewhere(other)
         return out
 
-    warm.WarmFleet._changes = look  # type: ignore[method-assign]
+    # setattr: the method is replaced for this placement alone.
+    setattr(warm.WarmFleet, "_changes", look)  # noqa: B010
     try:
         return place(model)
     finally:
-        warm.WarmFleet._changes = real  # type: ignore[method-assign]
+        setattr(warm.WarmFleet, "_changes", real)  # noqa: B010
 
 
 READ_POINTS = ("_changes", "_read", "_load_all", "_follow", "_moved_deadlines")
@@ -264,17 +266,21 @@ def cordon_all(names: list[str]) -> Callable[[], None]:
     return run
 
 
-def test_the_warm_index_is_the_database_after_every_step(monkeypatch):
+def test_the_warm_index_is_the_database_after_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
     run(seed=29, steps=40, monkeypatch=monkeypatch)
 
 
-def test_with_the_check_under_lock_off_a_placement_lands_on_a_cordoned_node(monkeypatch):
+def test_with_the_check_under_lock_off_a_placement_lands_on_a_cordoned_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(checked, "check", lambda *args, **kwargs: None)
     with pytest.raises(AssertionError, match="cordoned before the placement committed"):
         run(seed=29, steps=0, monkeypatch=monkeypatch)
 
 
-def test_with_the_index_changed_before_commit_a_rollback_leaves_claims_behind(monkeypatch):
+def test_with_the_index_changed_before_commit_a_rollback_leaves_claims_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(warm.WarmFleet, "restore", lambda *args, **kwargs: None)
     with pytest.raises(AssertionError):
         run(seed=29, steps=0, monkeypatch=monkeypatch)

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -57,7 +58,7 @@ models:
 """
 
 
-def elsewhere(change: Callable[[], None]) -> None:
+def elsewhere(change: Callable[[], object]) -> None:
     """Run a change on a connection of its own, committed, as another
     process would."""
     errors: list[BaseException] = []
@@ -78,7 +79,7 @@ def elsewhere(change: Callable[[], None]) -> None:
 
 
 @pytest.fixture
-def dgx(make_node, agent_client):
+def dgx(make_node: Any, agent_client: Any) -> tuple[Any, Any]:
     """One H100 node, joined and Ready, and the catalog; the fleet is warm."""
     agent, roots, clock = join_with_gpus(make_node, agent_client, "dgx-1", H100)
     assert agent.post("heartbeat", heartbeat("dgx-1", **collect_gpus(roots))).status_code == 200
@@ -88,11 +89,18 @@ def dgx(make_node, agent_client):
     return agent, roots
 
 
+def shards_of(replica: Replica | None) -> list[int]:
+    """The cards of a placed replica's one shard."""
+    assert replica is not None
+    return list(replica.shards.get().gpu_indices)
+
+
 def words(model: str) -> str:
-    return placing.explain(model)["text"]
+    text: str = placing.explain(model)["text"]
+    return text
 
 
-def test_a_heartbeat_that_breaks_a_card_is_seen_by_the_next_placement(dgx):
+def test_a_heartbeat_that_breaks_a_card_is_seen_by_the_next_placement(dgx: Any) -> None:
     agent, roots = dgx
     assert placing.dry_run("whole").decision is not None
     sample = collect_gpus(roots)["gpus"]
@@ -103,7 +111,7 @@ def test_a_heartbeat_that_breaks_a_card_is_seen_by_the_next_placement(dgx):
     assert "XID 79" in words("whole")
 
 
-def test_a_claim_committed_by_another_process_is_seen_by_the_next_placement(dgx):
+def test_a_claim_committed_by_another_process_is_seen_by_the_next_placement(dgx: Any) -> None:
     node = Node.objects.get(name="dgx-1")
     placed, _ = placing.place_replica("one")
     assert placed is not None and list(placed.shards.get().gpu_indices) == [0]
@@ -121,7 +129,7 @@ def test_a_claim_committed_by_another_process_is_seen_by_the_next_placement(dgx)
     assert "has 0 free" in words("one")
 
 
-def test_a_cordon_is_seen_by_the_next_placement(dgx):
+def test_a_cordon_is_seen_by_the_next_placement(dgx: Any) -> None:
     assert placing.dry_run("one").decision is not None
     elsewhere(lambda: inventory.cordon("dgx-1", "RMA: GPU 3 fell off the bus", "ops"))
     assert placing.place_replica("one")[0] is None
@@ -130,7 +138,7 @@ def test_a_cordon_is_seen_by_the_next_placement(dgx):
     assert placing.place_replica("one")[0] is not None
 
 
-def test_a_change_committed_after_a_look_from_inside_its_transaction_is_seen(dgx):
+def test_a_change_committed_after_a_look_from_inside_its_transaction_is_seen(dgx: Any) -> None:
     # Placing by hand locks the model, then places (a look at the log),
     # then commits: what that transaction writes after its look is read
     # by the next one.
@@ -144,7 +152,7 @@ def test_a_change_committed_after_a_look_from_inside_its_transaction_is_seen(dgx
     assert placing.place_replica("one")[0] is None
 
 
-def test_a_label_is_seen_by_the_next_placement(dgx):
+def test_a_label_is_seen_by_the_next_placement(dgx: Any) -> None:
     assert placing.place_replica("pooled")[0] is None
     assert "dgx-1 has no label pool, needs pool='blue'" in words("pooled")
     elsewhere(lambda: inventory.set_labels("dgx-1", {"pool": "blue"}, "ops"))
@@ -152,7 +160,7 @@ def test_a_label_is_seen_by_the_next_placement(dgx):
     assert replica is not None and replica.shards.get().node.name == "dgx-1"
 
 
-def test_a_node_that_stops_heartbeating_is_not_ready_for_the_next_placement(dgx):
+def test_a_node_that_stops_heartbeating_is_not_ready_for_the_next_placement(dgx: Any) -> None:
     agent, roots = dgx
     Node.objects.filter(name="dgx-1").update(heartbeat_interval_s=1)
     assert placing.dry_run("one").decision is not None
@@ -164,7 +172,7 @@ def test_a_node_that_stops_heartbeating_is_not_ready_for_the_next_placement(dgx)
     assert placing.place_replica("one")[0] is not None
 
 
-def test_a_node_beating_past_its_first_deadline_is_not_read_again(dgx):
+def test_a_node_beating_past_its_first_deadline_is_not_read_again(dgx: Any) -> None:
     # Every node's deadline comes due once per grace period; a node that
     # beat since (its wear with it, which no view reads) is as it was.
     agent, roots = dgx
@@ -180,7 +188,7 @@ def test_a_node_beating_past_its_first_deadline_is_not_read_again(dgx):
     assert warm.FLEET.reads == reads
 
 
-def test_reading_the_fleet_leaves_out_what_no_view_reads(dgx):
+def test_reading_the_fleet_leaves_out_what_no_view_reads(dgx: Any) -> None:
     with CaptureQueriesContext(connection) as seen:
         views = node_views()
     assert [v.name for v in views] == ["dgx-1"] and len(views[0].gpus) == 8
@@ -191,7 +199,9 @@ def test_reading_the_fleet_leaves_out_what_no_view_reads(dgx):
     assert not [q for q in sql if 'WHERE "inventory_node"."id" = ' in q]
 
 
-def test_a_cold_fleet_is_read_before_placing_by_hand_locks_anything(dgx, monkeypatch):
+def test_a_cold_fleet_is_read_before_placing_by_hand_locks_anything(
+    dgx: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Read under the model's row lock, 5,000 nodes kept every other placer
     # waiting until their statement timeouts failed them.
     warm.FLEET.reset()
@@ -210,13 +220,13 @@ def test_a_cold_fleet_is_read_before_placing_by_hand_locks_anything(dgx, monkeyp
 def waiting_on_a_lock() -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-        waiting = cursor.fetchone()[0] > 0
+        waiting = bool(cursor.fetchone()[0] > 0)
     connection.close()
     return waiting
 
 
 @contextmanager
-def placers_behind_a_locked_model(count: int) -> Iterator[list[tuple]]:
+def placers_behind_a_locked_model(count: int) -> Iterator[list[tuple[Any, ...]]]:
     """`count` threads placing "one" by hand while another holds the model's
     row lock; yields once one of them waits on it and the others have had a
     moment to queue, and gathers each one's answer once the lock goes."""
@@ -231,7 +241,7 @@ def placers_behind_a_locked_model(count: int) -> Iterator[list[tuple]]:
         finally:
             connection.close()
 
-    answers: list[tuple] = []
+    answers: list[tuple[Any, ...]] = []
 
     def place() -> None:
         try:
@@ -260,7 +270,7 @@ def placers_behind_a_locked_model(count: int) -> Iterator[list[tuple]]:
             thread.join(30)
 
 
-def test_placers_queued_behind_a_locked_model_hold_one_connection_between_them(dgx):
+def test_placers_queued_behind_a_locked_model_hold_one_connection_between_them(dgx: Any) -> None:
     # Eight placements through the API queued on the model's row lock held
     # all eight of a web process's connections, and its other requests
     # (and once its heartbeats) waited for one.
@@ -269,17 +279,19 @@ def test_placers_queued_behind_a_locked_model_hold_one_connection_between_them(d
     assert len(answers) == 6 and all(replica is not None for replica, _, _ in answers)
 
 
-def test_own_placements_are_applied_in_memory_and_never_hand_out_a_card_twice(dgx):
+def test_own_placements_are_applied_in_memory_and_never_hand_out_a_card_twice(dgx: Any) -> None:
     placing.place_replica("one")
     built = warm.FLEET.rebuilds
-    taken = [list(placing.place_replica("one")[0].shards.get().gpu_indices) for _ in range(7)]
+    taken = [list(shards_of(placing.place_replica("one")[0])) for _ in range(7)]
     assert sorted(i for gpus in taken for i in gpus) == list(range(1, 8))
     assert warm.FLEET.rebuilds == built
     assert placing.place_replica("one")[0] is None
     assert GpuClaim.objects.filter(node__name="dgx-1").count() == 8
 
 
-def test_a_placement_on_the_warm_fleet_is_eight_round_trips(dgx, django_assert_num_queries):
+def test_a_placement_on_the_warm_fleet_is_eight_round_trips(
+    dgx: Any, django_assert_num_queries: Any
+) -> None:
     placing.place_replica("one")
     # BEGIN, the model with its profiles taking the lock, the look at the
     # log, one statement for replica, shard, claims and record, the node's
@@ -297,11 +309,11 @@ def test_a_placement_on_the_warm_fleet_is_eight_round_trips(dgx, django_assert_n
     assert node.desired_digest == desired.digest(node.desired)
     # The next decision knows the card is taken without reading the node again.
     reads = warm.FLEET.reads
-    assert list(placing.place_replica("one")[0].shards.get().gpu_indices) == [2]
+    assert list(shards_of(placing.place_replica("one")[0])) == [2]
     assert warm.FLEET.reads == reads
 
 
-def test_a_new_node_joins_the_warm_fleet(dgx, make_node, agent_client):
+def test_a_new_node_joins_the_warm_fleet(dgx: Any, make_node: Any, agent_client: Any) -> None:
     placing.place_replica("pooled")
     _, credential = make_node("cpu-1")
     agent = agent_client(credential)
@@ -311,7 +323,9 @@ def test_a_new_node_joins_the_warm_fleet(dgx, make_node, agent_client):
     assert replica is not None and replica.shards.get().node.name == "cpu-1"
 
 
-def test_a_joining_node_is_read_alone_and_own_decisions_are_kept(dgx, make_node, agent_client):
+def test_a_joining_node_is_read_alone_and_own_decisions_are_kept(
+    dgx: Any, make_node: Any, agent_client: Any
+) -> None:
     # A fleet joining at 5,000 nodes had every process read every node
     # again each time it looked. The new node alone is read; indexed again
     # from memory, the card our own placement claimed is still claimed.
@@ -327,7 +341,7 @@ def test_a_joining_node_is_read_alone_and_own_decisions_are_kept(dgx, make_node,
     assert [warm.FLEET.views[pk].name for pk in warm.FLEET.order] == ["cpu-0", "cpu-2", "dgx-1"]
 
 
-def test_a_fabric_seen_again_or_failing_a_sweep_is_not_a_change_of_the_fleet(dgx):
+def test_a_fabric_seen_again_or_failing_a_sweep_is_not_a_change_of_the_fleet(dgx: Any) -> None:
     # Each node reporting its ports sets its fabric's last_seen, a sweep
     # that timed out writes its map's error, and each sweep stores the same
     # map with a new taken_at: logged as changes of every node, each had
@@ -364,7 +378,7 @@ def test_a_fabric_seen_again_or_failing_a_sweep_is_not_a_change_of_the_fleet(dgx
     assert warm.FLEET.loads == loads + 2
 
 
-def test_placements_by_hand_waiting_together_are_placed_in_one_turn(dgx):
+def test_placements_by_hand_waiting_together_are_placed_in_one_turn(dgx: Any) -> None:
     # Eight calls at once took eight turns of a transaction each; those
     # waiting when a turn starts now share it, each on the claims of those
     # placed before it in the turn.
@@ -380,13 +394,15 @@ def test_placements_by_hand_waiting_together_are_placed_in_one_turn(dgx):
     assert len(node.desired["shards"]) == 6
 
 
-def test_a_turn_that_rolls_back_leaves_no_claim_in_the_warm_fleet(dgx, monkeypatch):
+def test_a_turn_that_rolls_back_leaves_no_claim_in_the_warm_fleet(
+    dgx: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Decisions are applied to the warm index as they are made; a turn that
     # fails after two of them must not leave two cards taken there.
     placing.place_replica("one")
     rebuild = desired.rebuild
 
-    def fail(node_ids) -> None:
+    def fail(node_ids: object) -> None:
         raise RuntimeError("the nodes' desired state could not be written")
 
     monkeypatch.setattr(desired, "rebuild", fail)
@@ -399,14 +415,16 @@ def test_a_turn_that_rolls_back_leaves_no_claim_in_the_warm_fleet(dgx, monkeypat
     assert GpuClaim.objects.count() == 8
 
 
-def test_a_placement_whose_rows_are_refused_leaves_no_claim_in_the_warm_fleet(dgx, monkeypatch):
+def test_a_placement_whose_rows_are_refused_leaves_no_claim_in_the_warm_fleet(
+    dgx: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The decision's rows are refused (as the unique claim refuses a card
     # handed out twice): the card must not stay taken in the warm index.
     from llmgw.serving import storing
 
     store = storing.store
 
-    def refused(*args, **kwargs):
+    def refused(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the replica's rows could not be stored")
 
     monkeypatch.setattr(storing, "store", refused)
@@ -418,7 +436,7 @@ def test_a_placement_whose_rows_are_refused_leaves_no_claim_in_the_warm_fleet(dg
     assert all(r is not None for r in placed)
 
 
-def test_a_turn_with_a_call_that_fails_places_the_others_alone(dgx):
+def test_a_turn_with_a_call_that_fails_places_the_others_alone(dgx: Any) -> None:
     from llmgw.placement.services import PlacementError
     from llmgw.serving.turns import _Call
 
@@ -430,7 +448,7 @@ def test_a_turn_with_a_call_that_fails_places_the_others_alone(dgx):
     assert Model.objects.get(name="one").always_running == 2
 
 
-def test_kept_warm_a_change_of_the_whole_fleet_waits_for_a_quiet_interval(dgx):
+def test_kept_warm_a_change_of_the_whole_fleet_waits_for_a_quiet_interval(dgx: Any) -> None:
     # Warm, the keeper looks as a placement would; a change of the whole
     # fleet drops the index rather than reading it whole in the background,
     # and the fleet is read once a whole interval has passed without one
@@ -467,7 +485,9 @@ def test_kept_warm_a_change_of_the_whole_fleet_waits_for_a_quiet_interval(dgx):
     assert warm.FLEET.loads == loads + 1
 
 
-def test_a_web_process_keeps_its_fleet_warm_from_its_start(dgx, monkeypatch):
+def test_a_web_process_keeps_its_fleet_warm_from_its_start(
+    dgx: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Cold, the first placement or explain after a deploy read 5,000 nodes
     # (5 to 8 s under load) with every other placer of the process behind it.
     import asyncio
@@ -478,10 +498,10 @@ def test_a_web_process_keeps_its_fleet_warm_from_its_start(dgx, monkeypatch):
     monkeypatch.setattr(keep_warm, "FIRST_AFTER_S", 0.0)
     monkeypatch.setattr(keep_warm, "KEEP_EVERY_S", 0.05)
     warm.FLEET.reset()
-    messages: asyncio.Queue[dict] = asyncio.Queue()
-    sent: list[dict] = []
+    messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    sent: list[dict[str, Any]] = []
 
-    async def send(message: dict) -> None:
+    async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
     async def run() -> None:

@@ -71,7 +71,9 @@ def other_process_places(model: str) -> Any:
         warm.FLEET, placing._LOCK_KEY = ours, key
 
 
-def test_two_processes_cannot_take_a_capped_rack_past_its_cap(rack, monkeypatch):
+def test_two_processes_cannot_take_a_capped_rack_past_its_cap(
+    rack: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Both processes are warm: each would place its shard (1.0 of 1.5 kW).
     assert placing.dry_run("right").decision is not None
     # Ours looks, and before it decides the other commits its shard on
@@ -94,7 +96,7 @@ def test_two_processes_cannot_take_a_capped_rack_past_its_cap(rack, monkeypatch)
     assert connection.in_atomic_block is False
 
 
-def test_the_check_sums_a_domain_as_the_facility_listing_does(rack):
+def test_the_check_sums_a_domain_as_the_facility_listing_does(rack: None) -> None:
     # Every figure the sum reads: cards' limits and draw, CPU packages,
     # a profile's declared watts; a node with none of them is unknown.
     bulk_fleet.build(1, start=2)

@@ -6,6 +6,8 @@ written."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.db import OperationalError, connection, transaction
 
@@ -18,14 +20,17 @@ from tests.serving.test_warm_fleet import dgx, elsewhere  # noqa: F401 - a fixtu
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_failed_read_of_the_changed_nodes_loses_no_change(dgx, monkeypatch):  # noqa: F811
+def test_a_failed_read_of_the_changed_nodes_loses_no_change(
+    dgx: Any,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Warm after one placement; another process cordons the node; the next
     # look's read of the changed node fails (a statement timeout).
     assert placing.place_replica("one")[0] is not None
     elsewhere(lambda: inventory.cordon("dgx-1", "RMA: GPU 3 fell off the bus", "ops"))
     read = warm.WarmFleet._read
 
-    def timed_out(pks):
+    def timed_out(pks: set[int]) -> dict[int, Any]:
         raise OperationalError("canceling statement due to statement timeout")
 
     monkeypatch.setattr(warm.WarmFleet, "_read", staticmethod(timed_out))
@@ -37,7 +42,7 @@ def test_a_failed_read_of_the_changed_nodes_loses_no_change(dgx, monkeypatch):  
     assert Shard.objects.count() == 1
 
 
-def test_a_caller_that_rolls_back_leaves_no_claim_in_the_warm_fleet(dgx):  # noqa: F811
+def test_a_caller_that_rolls_back_leaves_no_claim_in_the_warm_fleet(dgx: Any) -> None:  # noqa: F811
     # The draining path places inside its caller's transaction; eight such
     # transactions rolled back must leave the node's eight cards free.
     class Undone(Exception):
@@ -53,7 +58,7 @@ def test_a_caller_that_rolls_back_leaves_no_claim_in_the_warm_fleet(dgx):  # noq
     assert GpuClaim.objects.count() == 8
 
 
-def test_a_savepoint_rolled_back_inside_a_caller_leaves_no_claim(dgx):  # noqa: F811
+def test_a_savepoint_rolled_back_inside_a_caller_leaves_no_claim(dgx: Any) -> None:  # noqa: F811
     with transaction.atomic():
         assert placing.place_replica("one")[0] is not None
         try:
@@ -71,7 +76,10 @@ def test_a_savepoint_rolled_back_inside_a_caller_leaves_no_claim(dgx):  # noqa: 
     assert placing.place_replica("one")[0] is None
 
 
-def test_a_decision_on_a_stale_index_is_checked_under_lock_and_made_again(dgx):  # noqa: F811
+def test_a_decision_on_a_stale_index_is_checked_under_lock_and_made_again(
+    dgx: Any,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # The index is warm; another process takes cards 0-6 and cordons nothing.
     # A look that missed it (as a look that raced the commit would) must not
     # hand out a taken card: the check under lock reads the node again.
@@ -92,18 +100,15 @@ def test_a_decision_on_a_stale_index_is_checked_under_lock_and_made_again(dgx): 
     real = warm.WarmFleet._changes
     calls = {"n": 0}
 
-    def blind(self, *args):
+    def blind(self: warm.WarmFleet, *args: Any) -> Any:
         out = real(self, *args)
         calls["n"] += 1
         if calls["n"] == 1:
             elsewhere(claim_seven)
         return out
 
-    warm.WarmFleet._changes = blind
-    try:
-        replica, _ = placing.place_replica("one")
-    finally:
-        warm.WarmFleet._changes = real
+    monkeypatch.setattr(warm.WarmFleet, "_changes", blind)
+    replica, _ = placing.place_replica("one")
     assert replica is not None
     assert list(replica.shards.get().gpu_indices) == [7]
     assert GpuClaim.objects.count() == 8
