@@ -137,7 +137,9 @@ def _place_once(names: list[str], hold: bool) -> list[tuple[Replica | None, Plac
                 if wants:
                     desired.rebuild(list(wants))
                     named = {pk: fleet.views[pk].name for pk in wants if pk in fleet.views}
-                    checked.check(wants, named, xmax, xip, warm.WarmFleet._deadline)
+                    checked.check(
+                        wants, named, xmax, xip, warm.WarmFleet._deadline, fleet.in_domains
+                    )
         except BaseException as failed:
             fleet.restore(applied)
             if isinstance(failed, checked.Changed):
@@ -254,10 +256,14 @@ def _catalog_sql(locking: bool, hold: bool = False) -> str:
     statements on their generic plans: the look and the check read the
     log by transaction id (`xid >= $1`), which the planner cannot size
     without the value, so it planned them afresh at every placement (a
-    quarter of a millisecond each, under the lock every placer waits for)."""
+    quarter of a millisecond each, under the lock every placer waits for).
+    And without JIT compilation: the power check's sum is estimated
+    costly enough to compile, which took a second every time while the
+    sum itself takes a millisecond."""
     lock = (
         "WITH granted AS MATERIALIZED (SELECT pg_advisory_xact_lock(%s::bigint), "
-        "set_config('plan_cache_mode', 'force_generic_plan', true))"
+        "set_config('plan_cache_mode', 'force_generic_plan', true), "
+        "set_config('jit', 'off', true))"
     )
     return f"""
 {lock if locking else ""}

@@ -18,6 +18,7 @@ from django.db import connection
 
 from llmgw.catalog import services as catalog
 from llmgw.facility import services as facility
+from llmgw.inventory import services as inventory
 from llmgw.inventory.models import Node
 from llmgw.serving import checked, placing, warm
 from llmgw.serving.models import Shard
@@ -117,7 +118,9 @@ def test_the_check_sums_a_domain_as_the_facility_listing_does(rack: None) -> Non
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
         (xmax,) = cursor.fetchone()
+        members = list(Node.objects.values_list("pk", flat=True))
         params = {"added": [], "watts": [], "undeclared": [], "xip": [], "xmax": xmax}
+        params["members"] = members
         cursor.execute(checked.POWER, {**params, "domains": ["rack=r000", "pdu=none"]})
         rows = cursor.fetchall()
     assert len(rows) == 1  # a cap no node is in sums nothing
@@ -126,3 +129,26 @@ def test_the_check_sums_a_domain_as_the_facility_listing_does(rack: None) -> Non
     assert round(draw, 1) == listed["draw_w"] == 1400.0 + 1000.0
     assert unknown == listed["unknown_nodes"] == 1
     assert len(members) == len(listed["nodes"]) == 3
+
+
+def test_a_node_moved_into_the_domain_since_the_look_is_counted(rack: None) -> None:
+    # The sum reads the nodes the look had in the domain and every node
+    # changed since: a node labelled into the rack after the look is
+    # counted, though the look did not have it there.
+    bulk_fleet.build(1, start=20)  # rack r001
+    Node.objects.filter(name="node-00020").update(
+        gpu_telemetry=[{"index": 0, "power_limit_w": 700}, {"index": 1, "power_limit_w": 700}]
+    )
+    looked = list(
+        Node.objects.filter(name__in=["node-00000", "node-00001"]).values_list("pk", flat=True)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
+        (xmax,) = cursor.fetchone()
+    inventory.set_labels("node-00020", {"llmgw.io/rack": "r000"}, "ops")
+    moved = Node.objects.get(name="node-00020").pk
+    params = {"added": [], "watts": [], "undeclared": [], "xip": [], "xmax": xmax}
+    with connection.cursor() as cursor:
+        cursor.execute(checked.POWER, {**params, "members": looked, "domains": ["rack=r000"]})
+        ((_, _, draw, _, members, _),) = cursor.fetchall()
+    assert moved in members and draw == 1400.0
