@@ -5,126 +5,11 @@ every node. Pure, like the scheduler that keeps it up to date."""
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
-from collections.abc import Collection
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterable
 
-from . import power
-from .checks import NodeState, pick_gpus
-from .types import Profile
-
-if TYPE_CHECKING:
-    from .spread import Spread
-
-StaticKey = tuple[object, ...]
-
-
-def static_key(p: Profile) -> StaticKey:
-    # Everything static_refusal reads; profiles that share it share an index.
-    return (
-        p.gpu_class,
-        p.min_memory_bytes,
-        p.engine,
-        p.engine_version,
-        tuple(sorted(p.node_selector.items())),
-    )
-
-
-class Grid:
-    """Nodes by (free GPUs of a class, free GPUs in the largest NVLink island).
-
-    Best fit walks the first upwards and skips nodes whose islands are too
-    broken up for the tensor-parallel group, which on a half-full fleet would
-    otherwise be most of it. Each cell is sorted, so ties go in node order.
-    Each row keeps a count of its nodes and empty rows on top are dropped, so
-    a walk passes what is empty without looking in it: most of one model's
-    tiers (spread.py) hold no node with many GPUs free.
-    """
-
-    __slots__ = ("cells", "sizes")
-
-    def __init__(self) -> None:
-        self.cells: list[list[list[int]]] = []
-        self.sizes: list[int] = []
-
-    def copy(self) -> Grid:
-        other = Grid()
-        other.cells = [list(map(list, row)) for row in self.cells]
-        other.sizes = list(self.sizes)
-        return other
-
-    def cell(self, count: int, island: int) -> list[int]:
-        while len(self.cells) <= count:
-            self.cells.append([])
-            self.sizes.append(0)
-        row = self.cells[count]
-        while len(row) <= island:
-            row.append([])
-        return row[island]
-
-    def move(self, ordinal: int, old: tuple[int, int], new: tuple[int, int]) -> None:
-        """remove then add, in one call: every placement moves its node in
-        the grids of each kind and spread that holds it."""
-        cells, sizes = self.cells, self.sizes
-        cell = cells[old[0]][old[1]]
-        del cell[bisect_left(cell, ordinal)]
-        sizes[old[0]] -= 1
-        count, island = new
-        if count < len(cells) and island < len(cells[count]):
-            insort(cells[count][island], ordinal)
-        else:
-            insort(self.cell(count, island), ordinal)
-        sizes[count] += 1
-        while sizes and not sizes[-1]:
-            sizes.pop()
-            cells.pop()
-
-    def remove(self, ordinal: int, shape: tuple[int, int]) -> None:
-        cell = self.cells[shape[0]][shape[1]]
-        del cell[bisect_left(cell, ordinal)]
-        sizes = self.sizes
-        sizes[shape[0]] -= 1
-        # No empty rows on top: a walk for more GPUs than any node has free
-        # ends before it starts.
-        while sizes and not sizes[-1]:
-            sizes.pop()
-            self.cells.pop()
-
-    def add(self, ordinal: int, shape: tuple[int, int]) -> None:
-        count, island = shape
-        cells = self.cells
-        # Tested rather than caught: a small grid (one group's, spread.py)
-        # often grows a row it trimmed, and a raised IndexError costs more
-        # than the insort.
-        if count < len(cells) and island < len(cells[count]):
-            insort(cells[count][island], ordinal)
-        else:
-            insort(self.cell(count, island), ordinal)
-        self.sizes[count] += 1
-
-    def best_fit(
-        self, nodes: list[NodeState], p: Profile, mem: int
-    ) -> tuple[NodeState, tuple[int, ...]] | None:
-        group = min(p.tensor_parallel, p.gpus_per_shard)
-        sizes = self.sizes
-        for count in range(p.gpus_per_shard, len(sizes)):
-            if not sizes[count]:
-                continue
-            row = self.cells[count]
-            # The first fit in node order among this count's island cells.
-            found: tuple[NodeState, tuple[int, ...]] | None = None
-            for cell in row[group:]:
-                for o in cell:
-                    if found is not None and o > found[0].ordinal:
-                        break
-                    n = nodes[o]
-                    gpus = fit(n, p, mem)
-                    if gpus is not None:
-                        found = (n, gpus)
-                        break
-            if found is not None:
-                return found
-        return None
+from .grid import Grid
+from .node_state import NodeState, Replicas
+from .spread import Groups, Spread, key_of
 
 
 class Eligible:
@@ -175,14 +60,95 @@ class Eligible:
         return other
 
 
-def fit(n: NodeState, p: Profile, mem: int) -> tuple[int, ...] | None:
-    if mem and n.free_mem is not None and n.free_mem < mem:
-        return None
-    cores = p.cpu_cores
-    if cores and n.free_cores is not None and n.free_cores < cores:
-        return None
-    gpus = pick_gpus(n, p)
-    # Empty unless the node is in a capped domain: the fleet without budgets pays one test.
-    if gpus is not None and n.power and power.refusal(n, p, gpus) is not None:
-        return None
-    return gpus
+def build_spread(
+    e: Eligible,
+    model: str,
+    nodes: list[NodeState],
+    replicas: Replicas,
+    groups: Groups,
+    near: Iterable[int],
+) -> Spread:
+    """The model's spread for one kind of profile: the kind's grid split by
+    group, then the nodes near the model (its replicas' and its weights')
+    filed at their own tiers. Most nodes run none of a model's replicas."""
+    assert e.gpu_class is not None
+    spread = e.spread[model] = Spread(groups.first)
+    counts = replicas.in_domain.get(model)
+    base: dict[int, Grid] = {}
+    if len(groups.weighted) == 1:
+        # A fleet naming no domains (or one of each) is one group.
+        base[0] = e.grid.copy()
+    else:
+        # Each group's rows as wide as the kind's: a node moving to a shape
+        # some node of the kind has finds its cell there.
+        widths = [len(row) for row in e.grid.cells]
+        of = groups.of
+        split: dict[int, list[list[list[int]]]] = {}
+        for count, row in enumerate(e.grid.cells):
+            for island, cell in enumerate(row):
+                for o in cell:
+                    cells = split.get(of[o])
+                    if cells is None:
+                        cells = split[of[o]] = [[[] for _ in range(k)] for k in widths]
+                    cells[count][island].append(o)
+        for g, cells in split.items():
+            grid = base[g] = Grid()
+            grid.cells, grid.sizes = cells, [sum(map(len, row)) for row in cells]
+            while grid.sizes and not grid.sizes[-1]:
+                grid.sizes.pop()
+                cells.pop()
+    for g, grid in base.items():
+        if grid.sizes:
+            key = (g, 0, True)
+            spread.grids[key], spread.keys[g] = grid, (key,)
+            spread.scores[key] = score = groups.base(g, counts)
+            spread.order.append((0, score, True, g))
+            spread.owned.add(key)
+    spread.order.sort()
+    for o in near:
+        if o in e.ok:
+            n = nodes[o]
+            key = key_of(groups, replicas, n, model)
+            if key[1:] != (0, True):
+                shape = n.gpu_shape(e.gpu_class)
+                spread.remove((key[0], 0, True), o, shape)
+                spread.file(key, o, shape, groups, counts)
+    return spread
+
+
+def spread_applied(
+    e: Eligible,
+    model: str,
+    n: NodeState,
+    was: int,
+    shapes: tuple[tuple[int, int], tuple[int, int]],
+    replicas: Replicas,
+    groups: Groups,
+) -> None:
+    """One more of the model's replicas on the node (it had `was`), its free
+    GPUs of the kind's class from one shape to the other: the spreads again."""
+    o = n.ordinal
+    old, new = shapes
+    inside = o in e.ok
+    g = groups.of[o]
+    holds = n.view.holds_weights
+    on_node = replicas.on_node
+    moved = inside and new != old
+    # Where a model neither runs on the node nor has its weights there.
+    plain = (g, 0, True)
+    for m, spread in e.spread.items():
+        if m == model:
+            counts = replicas.in_domain.get(model)
+            if inside:
+                lacks = model not in holds
+                spread.remove((g, was, lacks), o, old)
+                spread.file((g, was + 1, lacks), o, new, groups, counts)
+            # The domains' counts went up for their nodes this kind may use,
+            # whether or not it may use this one.
+            spread.rescore(groups.related[g], groups, counts)
+        elif moved:
+            mine = on_node.get(m)
+            mine_here = mine.get(o, 0) if mine else 0
+            key = (g, mine_here, m not in holds) if mine_here or holds else plain
+            grid = spread.grids[key] if key in spread.owned else spread.grid(key)
+            grid.move(o, old, new)

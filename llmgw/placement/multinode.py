@@ -15,7 +15,8 @@ from functools import partial
 from llmgw.locations import label as level_label
 
 from . import power
-from .checks import NodeState, Refusal, Replicas, fabric_adapters, plural
+from .node_state import NodeState, Refusal, Replicas
+from .rules import plural
 from .types import Profile, Reason
 
 Candidate = tuple[NodeState, tuple[int, ...]]
@@ -25,6 +26,10 @@ Refused = tuple[tuple[object, ...], Refusal]
 
 NVLINK_PREFIX = "nvlink:"
 PART = "@"
+
+
+def fabric_adapters(n: NodeState, fabric: str) -> tuple[str, ...]:
+    return tuple(n.view.fabrics.get(fabric, ()))
 
 
 def same_fabric(key: str, declared: str) -> bool:
@@ -152,15 +157,15 @@ def _formed(
         sets.extend((0, m) for m in leaves.values() if len(m) >= k)
     sets.append((0 if fabric is None else 1, members))
 
-    def rank(sel: list[Candidate], leaf: int) -> tuple[object, ...]:
+    def rank(sel: list[Candidate], split: int) -> tuple[object, ...]:
         keys = [_key(c[0], fabric, model, cls, replicas) for c in sel]
-        return _rank(keys, kind, leaf, label)
+        return _rank(keys, kind, split, label)
 
     options: list[Option] = []
-    for leaf, pool in sets:
-        sel = _take(pool, p, capped, refused, partial(rank, leaf=leaf))
+    for split, pool in sets:
+        sel = _take(pool, p, capped, refused, partial(rank, split=split))
         if sel is not None:
-            options.append((rank(sel, leaf), label, sel))
+            options.append((rank(sel, split), label, sel))
     return options
 
 

@@ -14,58 +14,11 @@ Pure, like the scheduler that calls it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
+from .node_state import DomainPower, NodeState, Refusal, largest
 from .types import Profile, Reason
 
-if TYPE_CHECKING:
-    from .checks import NodeState, Refusal
-
-
-class DomainPower:
-    """One capped domain: its cap and the sums of its nodes' figures, kept
-    up to date as a copy of the fleet has decisions applied."""
-
-    __slots__ = ("key", "cap", "declared", "derived", "measured", "draw", "unknown")
-
-    def __init__(self, key: str, cap: float) -> None:
-        self.key = key
-        self.cap = cap
-        # Sums over the nodes that know the figure; None while none does.
-        self.declared: float | None = None
-        self.derived: float | None = None
-        self.measured: float | None = None
-        # Sum of each node's largest known figure.
-        self.draw = 0.0
-        # Nodes with no figure at all.
-        self.unknown = 0
-
-    def copy(self) -> DomainPower:
-        other = DomainPower(self.key, self.cap)
-        for slot in ("declared", "derived", "measured", "draw", "unknown"):
-            setattr(other, slot, getattr(self, slot))
-        return other
-
-    def count(self, declared: float | None, derived: float | None, measured: float | None) -> None:
-        self.declared = _plus(self.declared, declared)
-        self.derived = _plus(self.derived, derived)
-        self.measured = _plus(self.measured, measured)
-        draw = largest(declared, derived, measured)
-        if draw is None:
-            self.unknown += 1
-        else:
-            self.draw += draw
-
-
-def _plus(total: float | None, value: float | None) -> float | None:
-    if value is None:
-        return total
-    return value if total is None else total + value
-
-
-def largest(*figures: float | None) -> float | None:
-    known = [f for f in figures if f is not None]
-    return max(known) if known else None
+__all__ = ["DomainPower", "apply", "node_draw", "over_cap", "refusal", "shard_watts"]
 
 
 def node_draw(n: NodeState, add: float = 0.0) -> float | None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from . import multinode
-from .checks import NodeState, Replicas, dynamic_refusal, pick_gpus, plural, static_refusal
+from .node_state import NodeState, Replicas
+from .rules import Judge, pick_gpus, plural
 from .types import Decision, Profile, Reason, Rejection, Shard
 
 
@@ -25,6 +26,7 @@ def rejections(
     """Every node but the decision's own, in node order; `ok` holds the
     nodes the profile's static rules already let through."""
     chosen = {s.node: s for s in decision.shards} if decision else {}
+    judge = Judge(p)
     out: list[tuple[int, Rejection]] = []
     cands: list[multinode.Candidate] = []
     for n in nodes:
@@ -36,7 +38,7 @@ def rejections(
                 cands.append((n, chosen[name].gpu_indices))
             continue
         # Rules no decision changes were settled when the index was built.
-        refusal = dynamic_refusal(n, p) if n.ordinal in ok else static_refusal(n, p)
+        refusal = judge.dynamic(n) if n.ordinal in ok else judge.static(n)
         if refusal is not None:
             out.append((n.ordinal, Rejection(name, refusal[0], refusal[1], p.name)))
         else:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Sequence
 
-from .checks import NodeState, Replicas, static_refusal
 from .index import Eligible
+from .node_state import NodeState, Replicas
+from .rules import Judge
 from .spread import Groups, key_of
 from .types import Profile
 
@@ -51,7 +52,8 @@ def take_out(
     Returns the nodes the kind's static rules no longer let in."""
     cls = e.gpu_class
     inside = [old for old, _ in changed if old.ordinal in e.ok]
-    gone = [old.ordinal for old, new in changed if old.ordinal in e.ok and static_refusal(new, p)]
+    fits = Judge(p).fits
+    gone = [old.ordinal for old, new in changed if old.ordinal in e.ok and not fits(new)]
     if cls is None:
         return gone
     for old in inside:
@@ -92,7 +94,8 @@ def put_back(
     still let them in, and the groups around them at their tiers now for
     the models whose counts changed. A model that runs nowhere any more
     loses its spread, as a fresh index has none."""
-    came = [n.ordinal for o, n in changed if o.ordinal not in e.ok and not static_refusal(n, p)]
+    fits = Judge(p).fits
+    came = [n.ordinal for o, n in changed if o.ordinal not in e.ok and fits(n)]
     if gone or came:
         # Most replaced nodes stay in (a replica released): the sets stay too.
         ordered = list(e.ordered)

@@ -26,14 +26,15 @@ Preference order, all among nodes that satisfy every rule:
 from __future__ import annotations
 
 import weakref
-from bisect import bisect_left
 from collections.abc import Collection, Iterable, Sequence
 from functools import partial
 
-from . import multinode, power, refusals, reindex
+from . import multinode, power, refusals, reindex, rules
 from . import spread as spreads
-from .checks import NodeState, Replicas, fabric_adapters, static_refusal
-from .index import Eligible, StaticKey, fit, static_key
+from .index import Eligible, build_spread, spread_applied
+from .multinode import fabric_adapters
+from .node_state import NodeState, Replicas
+from .rules import Judge, StaticKey, fast_checks, fit, static_key
 from .types import (
     Decision,
     Explanation,
@@ -90,7 +91,8 @@ class Inventory:
         eligible = self._eligible_by_key.get(key)
         if eligible is None:
             with gc_paused():
-                ok = [n for n in self._nodes if static_refusal(n, p) is None]
+                fits = Judge(p).fits
+                ok = [n for n in self._nodes if fits(n)]
                 eligible = Eligible(p.gpu_class, ok)
             self._eligible_by_key[key] = eligible
             self._kinds[key] = p
@@ -252,28 +254,28 @@ class Inventory:
 
     def _pick_gpu(self, model: str, p: Profile) -> tuple[NodeState, tuple[int, ...]] | None:
         eligible = self._eligible(p)
-        mem = p.memory_bytes
+        checks = fast_checks(p, bool(self._power))
         if model in self._replicas.on_node:
             mine = eligible.spread.get(model)
             if mine is None:
                 near = {*self._holders.get(model, ()), *self._replicas.on_node[model]}
-                mine = spreads.build(
+                mine = build_spread(
                     eligible, model, self._nodes, self._replicas, self._grouped(), near
                 )
-            return mine.best_fit(self._nodes, p, mem)
+            return mine.best_fit(self._nodes, p, checks)
         holders = self._holders.get(model)
         if holders:
             grid = eligible.holders.get(model)
             if grid is None:
                 grid = eligible.holder_grid(model, [self._nodes[o] for o in holders])
-            found = grid.best_fit(self._nodes, p, mem)
+            found = grid.best_fit(self._nodes, p, checks)
             if found is not None:
                 return found
-        return eligible.grid.best_fit(self._nodes, p, mem)
+        return eligible.grid.best_fit(self._nodes, p, checks)
 
     def _pick_cpu(self, model: str, p: Profile) -> tuple[NodeState, tuple[int, ...]] | None:
         eligible = self._eligible(p)
-        mem = p.memory_bytes
+        checks = fast_checks(p, bool(self._power))
         hosted = model in self._replicas.on_node
         holders = [o for o in self._holders.get(model, ()) if o in eligible.ok]
         best: tuple[tuple[int, int, bool, bool, bool], NodeState] | None = None
@@ -283,7 +285,7 @@ class Inventory:
                 break
             for o in pool:
                 n = self._nodes[o]
-                if fit(n, p, mem) is None:
+                if fit(n, p, checks) is None:
                     continue
                 mine, rack = self._replicas.of(n, model) if hosted else (0, 0)
                 # GPU nodes last, keeping their cards reachable; used nodes
@@ -296,11 +298,11 @@ class Inventory:
         return None if best is None else (best[1], ())
 
     def _candidates(self, p: Profile) -> list[multinode.Candidate]:
-        mem = p.memory_bytes
+        checks = fast_checks(p, bool(self._power))
         out: list[multinode.Candidate] = []
         for o in self._eligible(p).ordered:
             n = self._nodes[o]
-            gpus = fit(n, p, mem)
+            gpus = fit(n, p, checks)
             if gpus is not None:
                 out.append((n, gpus))
         return out
@@ -355,27 +357,14 @@ class Inventory:
         for shard in decision.shards:
             n = self._own(shard.node)
             before = {cls: n.gpu_shape(cls) for cls in n.free}
-            for index in shard.gpu_indices:
-                # An index is free in its own class's list or nowhere.
-                for free in n.free.values():
-                    at = bisect_left(free, index)
-                    if at < len(free) and free[at] == index:
-                        del free[at]
-                        break
-                else:
-                    raise ValueError(f"{shard.node} GPU {index} is not free")
+            # What each rule takes: its cards, memory, cores, watts.
+            rules.reserve(n, shard)
             after = {
                 cls: n.gpu_shape(cls) if shard.gpu_indices else old for cls, old in before.items()
             }
-            if n.free_mem is not None:
-                n.free_mem -= shard.memory_bytes
-            if n.free_cores is not None:
-                n.free_cores -= shard.cpu_cores
             # What in_use says of the views once this shard is among them,
             # whatever it claims.
             n.used = True
-            if n.power:
-                power.apply(n, shard.power_w)
             # One more of the model's replicas on the node and in its domains.
             replicas = self._replicas
             counts = replicas.on_node.get(model)
@@ -394,7 +383,7 @@ class Inventory:
                         if grid is not None:
                             grid.move(n.ordinal, old, new)
                 if e.spread:
-                    spreads.applied(e, model, n, was, (old, new), replicas, self._grouped())
+                    spread_applied(e, model, n, was, (old, new), replicas, self._grouped())
 
     # -- explaining -------------------------------------------------------
 

@@ -20,10 +20,11 @@ lost replicas go to.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from .checks import NodeState, Replicas
-from .index import Eligible, Grid, fit
+from .grid import Found, Grid, best_fit
+from .node_state import NodeState, Replicas
+from .rules import Checks
 from .types import Profile
 
 # A tier, tried lowest first: (replicas of the model on the node, its spread
@@ -252,9 +253,7 @@ class Spread:
                     scores[key] = key[1] * a + b
         self.order = sorted((k[1], score, k[2], k[0]) for k, score in scores.items())
 
-    def best_fit(
-        self, nodes: list[NodeState], p: Profile, mem: int
-    ) -> tuple[NodeState, tuple[int, ...]] | None:
+    def best_fit(self, nodes: list[NodeState], p: Profile, checks: Checks) -> Found:
         gps = p.gpus_per_shard
         grids = self.grids
         # Every group's grid of a tier: best fit over them together.
@@ -264,7 +263,7 @@ class Spread:
         for mine, score, lacks, g in self.order:
             if score != tier[1] or mine != tier[0] or lacks != tier[2]:
                 if same:
-                    found = _best(same, top, self.first, nodes, p)
+                    found = best_fit(same, top, self.first, nodes, p, checks)
                     if found is not None:
                         return found
                     same, top = [], 0
@@ -276,130 +275,4 @@ class Spread:
                 same.append((g, grid))
                 if rows > top:
                     top = rows
-        return _best(same, top, self.first, nodes, p) if same else None
-
-
-def _best(
-    grids: list[tuple[int, Grid]], top: int, first: list[int], nodes: list[NodeState], p: Profile
-) -> tuple[NodeState, tuple[int, ...]] | None:
-    """Grid.best_fit over several groups' grids as one: the fewest free GPUs
-    that fit, then node order. The grids come in group order, and a group
-    holds no node before its first: past a fit, the rest hold none earlier."""
-    if len(grids) == 1:
-        return grids[0][1].best_fit(nodes, p, p.memory_bytes)
-    mem = p.memory_bytes
-    group = min(p.tensor_parallel, p.gpus_per_shard)
-    for count in range(p.gpus_per_shard, top):
-        found: tuple[NodeState, tuple[int, ...]] | None = None
-        for g, grid in grids:
-            if found is not None and found[0].ordinal < first[g]:
-                break
-            sizes = grid.sizes
-            if count >= len(sizes) or not sizes[count]:
-                continue
-            for cell in grid.cells[count][group:]:
-                for o in cell:
-                    if found is not None and o > found[0].ordinal:
-                        break
-                    n = nodes[o]
-                    gpus = fit(n, p, mem)
-                    if gpus is not None:
-                        found = (n, gpus)
-                        break
-        if found is not None:
-            return found
-    return None
-
-
-def build(
-    e: Eligible,
-    model: str,
-    nodes: list[NodeState],
-    replicas: Replicas,
-    groups: Groups,
-    near: Iterable[int],
-) -> Spread:
-    """The model's spread for one kind of profile: the kind's grid split by
-    group, then the nodes near the model (its replicas' and its weights')
-    filed at their own tiers. Most nodes run none of a model's replicas."""
-    assert e.gpu_class is not None
-    spread = e.spread[model] = Spread(groups.first)
-    counts = replicas.in_domain.get(model)
-    base: dict[int, Grid] = {}
-    if len(groups.weighted) == 1:
-        # A fleet naming no domains (or one of each) is one group.
-        base[0] = e.grid.copy()
-    else:
-        # Each group's rows as wide as the kind's: a node moving to a shape
-        # some node of the kind has finds its cell there.
-        widths = [len(row) for row in e.grid.cells]
-        of = groups.of
-        split: dict[int, list[list[list[int]]]] = {}
-        for count, row in enumerate(e.grid.cells):
-            for island, cell in enumerate(row):
-                for o in cell:
-                    cells = split.get(of[o])
-                    if cells is None:
-                        cells = split[of[o]] = [[[] for _ in range(k)] for k in widths]
-                    cells[count][island].append(o)
-        for g, cells in split.items():
-            grid = base[g] = Grid()
-            grid.cells, grid.sizes = cells, [sum(map(len, row)) for row in cells]
-            while grid.sizes and not grid.sizes[-1]:
-                grid.sizes.pop()
-                cells.pop()
-    for g, grid in base.items():
-        if grid.sizes:
-            key = (g, 0, True)
-            spread.grids[key], spread.keys[g] = grid, (key,)
-            spread.scores[key] = score = groups.base(g, counts)
-            spread.order.append((0, score, True, g))
-            spread.owned.add(key)
-    spread.order.sort()
-    for o in near:
-        if o in e.ok:
-            n = nodes[o]
-            key = key_of(groups, replicas, n, model)
-            if key[1:] != (0, True):
-                shape = n.gpu_shape(e.gpu_class)
-                spread.remove((key[0], 0, True), o, shape)
-                spread.file(key, o, shape, groups, counts)
-    return spread
-
-
-def applied(
-    e: Eligible,
-    model: str,
-    n: NodeState,
-    was: int,
-    shapes: tuple[tuple[int, int], tuple[int, int]],
-    replicas: Replicas,
-    groups: Groups,
-) -> None:
-    """One more of the model's replicas on the node (it had `was`), its free
-    GPUs of the kind's class from one shape to the other: the spreads again."""
-    o = n.ordinal
-    old, new = shapes
-    inside = o in e.ok
-    g = groups.of[o]
-    holds = n.view.holds_weights
-    on_node = replicas.on_node
-    moved = inside and new != old
-    # Where a model neither runs on the node nor has its weights there.
-    plain = (g, 0, True)
-    for m, spread in e.spread.items():
-        if m == model:
-            counts = replicas.in_domain.get(model)
-            if inside:
-                lacks = model not in holds
-                spread.remove((g, was, lacks), o, old)
-                spread.file((g, was + 1, lacks), o, new, groups, counts)
-            # The domains' counts went up for their nodes this kind may use,
-            # whether or not it may use this one.
-            spread.rescore(groups.related[g], groups, counts)
-        elif moved:
-            mine = on_node.get(m)
-            mine_here = mine.get(o, 0) if mine else 0
-            key = (g, mine_here, m not in holds) if mine_here or holds else plain
-            grid = spread.grids[key] if key in spread.owned else spread.grid(key)
-            grid.move(o, old, new)
+        return best_fit(same, top, self.first, nodes, p, checks) if same else None

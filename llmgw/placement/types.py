@@ -230,10 +230,29 @@ _TITLES = {
 }
 
 
+class Code(str):
+    """A reason code declared beside its rule (rules.py) rather than in
+    Reason: reads as a Reason does (its value, its summary)."""
+
+    summary: str
+
+    def __new__(cls, value: str, summary: str) -> Code:
+        code = super().__new__(cls, value)
+        code.summary = summary
+        return code
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+
+ReasonCode = Reason | Code
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection:
     node: str
-    reason_code: Reason
+    reason_code: ReasonCode
     message: str
     profile: str = ""
 
@@ -330,9 +349,9 @@ class Explanation:
                 self._rejections = tuple(r for source in self._sources for r in source())
             self._sources = []
 
-    def by_reason(self) -> dict[str, dict[Reason, list[Rejection]]]:
+    def by_reason(self) -> dict[str, dict[ReasonCode, list[Rejection]]]:
         """Profile name -> reason -> rejections, in the order tried."""
-        grouped: dict[str, dict[Reason, list[Rejection]]] = {a[0]: {} for a in self.attempts}
+        grouped: dict[str, dict[ReasonCode, list[Rejection]]] = {a[0]: {} for a in self.attempts}
         for r in self.rejections:
             grouped.setdefault(r.profile, {}).setdefault(r.reason_code, []).append(r)
         return grouped

@@ -13,8 +13,9 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmgw.placement.checks import NodeState, pick_gpus, shard_refusal
 from llmgw.placement.claims import apply_to_views
+from llmgw.placement.node_state import NodeState
+from llmgw.placement.rules import pick_gpus, shard_refusal
 from llmgw.placement.scheduler import Inventory, place
 from llmgw.placement.types import RACK, READY, GpuView, NodeView, Placement, Profile, Reason
 from llmgw.units import GiB

@@ -115,7 +115,8 @@ def test_a_node_with_another_build_is_refused_a_pinned_version() -> None:
     nothing else. Naming it also as a bare "llama.cpp" (an engine of unknown
     version, which an agent.yaml entry is) let a profile pinned to b11434
     through, onto a node whose engine would refuse the model's arguments."""
-    from llmgw.placement.checks import NodeState, engine_refusal
+    from llmgw.placement.node_state import NodeState
+    from llmgw.placement.rules import engine_refusal
     from llmgw.placement.snapshot import engine_view
     from llmgw.placement.types import NodeView, Profile
 

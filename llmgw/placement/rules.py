@@ -1,0 +1,614 @@
+"""The placement rules, each one object in one table (RULES).
+
+A rule says which profile and node fields it reads (the profile kinds the
+index keeps apart are derived from those: static_key), its fast check (the
+scheduler asks it of every node it tries), why it refuses a node with its
+reason code and the numbers, a message made only when explain asks, and
+what a shard reserves of a node when a decision is applied. Static rules
+are those applying a decision cannot change: the index judges them once
+per kind of profile. The rest are judged node by node as decisions are
+applied. Adding a rule is a class here (or in a file of its own) in the
+table, with its tests: the index, the fast fit and explain loop over it.
+
+Every message names what bit with both numbers: "needs 15" beside a 31 GiB
+machine reads as a scheduler bug, "has 16.0 GiB unclaimed, needs 20.0 GiB"
+reads as a full node. Sizes print in binary units with their names, as
+`ctl nodes` prints them, with as many digits as it takes for two different
+figures to read differently.
+
+An Inventory that has had decisions applied (a dry run: headroom, a scale
+check) judges the state after them; what those decisions took is told apart
+from what the node really has allocated, since nothing of it exists yet.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from functools import lru_cache
+
+from llmgw.units import format_bytes_pair
+
+from . import power
+from .node_state import NodeState, Refusal
+from .types import READY, Profile, Reason, ReasonCode, Shard
+
+DRY_RUN = "by the replicas this dry run placed before this one"
+
+# Explaining a refusal formats a few figures per node, and a fleet repeats
+# the same few totals and claims: formatting was the largest single cost.
+sizes = lru_cache(maxsize=4096)(format_bytes_pair)
+
+Gpus = tuple[int, ...]
+# A rule's fast check, as the scheduler calls it: node, profile, the GPUs
+# the shard would take there.
+Check = Callable[[NodeState, Profile, Gpus], bool]
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+class Rule:
+    """One placement rule. Subclasses set the fields and override refusal;
+    fits and reserve where the rule has a faster test or claims something."""
+
+    code: ReasonCode
+    # Applying decisions cannot change its verdict: judged once per kind.
+    static = True
+    # Its check is the pick of the shard's GPUs the fast fit makes first.
+    picks = False
+    # Only a fleet with power caps can be refused by it.
+    capped = False
+    # It reads the GPUs the shard would take (picked once, when first asked).
+    needs_gpus = False
+    # The profile's and the node view's fields it reads.
+    profile_fields: tuple[str, ...] = ()
+    node_fields: tuple[str, ...] = ()
+
+    def applies(self, p: Profile) -> bool:
+        """Whether it can refuse any node for this profile at all."""
+        return True
+
+    def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
+        return self.refusal(n, p, gpus) is None
+
+    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
+        raise NotImplementedError
+
+    def reserve(self, n: NodeState, shard: Shard) -> None:
+        """What one shard of a decision applied takes of the node."""
+
+
+class Ready(Rule):
+    code = Reason.NOT_READY
+    node_fields = ("state",)
+
+    def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
+        return n.view.state == READY
+
+    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
+        v = n.view
+        if v.state != READY:
+            return self.code, f"{v.name} is {v.state}, needs {READY}"
+        return None
+
+
+class Cordoned(Rule):
+    code = Reason.CORDONED
+    node_fields = ("cordoned", "cordon_reason")
+
+    def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
+        return not n.view.cordoned
+
+    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
+        v = n.view
+        if v.cordoned:
+            return self.code, f"{v.name} is cordoned: {v.cordon_reason or 'no reason given'}"
+        return None
+
+
+class Held(Rule):
+    code = Reason.HELD
+    node_fields = ("held",)
+
+    def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
+        return not n.view.held
+
+    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
+        v = n.view
+        if v.held:
+            return self.code, f"{v.name} is in held {v.held}, needs a domain that is not held"
+        return None
+
+
+class Selector(Rule):
+    code = Reason.SELECTOR
+    profile_fields = ("node_selector",)
+    node_fields = ("labels",)
+
+    def applies(self, p: Profile) -> bool:
+        return bool(p.node_selector)
+
+    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
+        v = n.view
+        for key, want in p.node_selector.items():
+            have = v.labels.get(key)
+            if have != want:
+                has = f"has {key}={have!r}" if have is not None else f"has no label {key}"
+                return self.code, f"{v.name} {has}, needs {key}={want!r}"
+        return None
+
+
+class Engine(Rule):
+    code = Reason.ENGINE
+    profile_fields = ("engine", "engine_version")
+    node_fields = ("engines", "engines_probed", "engine_status")
+
+    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
+        return engine_refusal(n, p)
+
+
+class MemoryTotal(Rule):
+    code = Reason.MEMORY_TOTAL
+    profile_fields = ("min_memory_gb",)
+    node_fields = ("memory_total_bytes",)
+
+    def applies(self, p: Profile) -> bool:
+        return bool(p.min_memory_gb)
+
+    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
+        v = n.view
+        if p.min_memory_gb and v.memory_total_bytes is not None:
+            if v.memory_total_bytes < p.min_memory_bytes:
+                return (
+                    self.code,
+                    "{} has {} of memory, needs {}".format(
+                        v.name, *sizes(v.memory_total_bytes, p.min_memory_bytes)
+                    ),
+                )
+        return None
+
+
+class GpuClass(Rule):
+    code = Reason.GPU_CLASS
+    profile_fields = ("gpu_class",)
+    node_fields = ("gpus",)
+
+    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
+        if p.gpu_class is not None and p.gpu_class not in n.class_total:
+            has = ", ".join(f"{c} {k}" for k, c in sorted(n.class_total.items())) or "no GPUs"
+            return (
+                self.code,
+                f"{n.view.name} has 0 {p.gpu_class} GPUs ({has}), needs {p.gpus_per_shard}",
+            )
+        return None
+
+
+class MemoryClaimed(Rule):
+    code = Reason.MEMORY_CLAIMED
+    static = False
+    profile_fields = ("memory_gb",)
+    node_fields = ("memory_total_bytes", "claimed_memory_bytes")
+
+    def applies(self, p: Profile) -> bool:
+        return bool(p.memory_gb)
+
+    def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
+        # Zero is nobody said and claims nothing; None free is an unreported total.
+        free = n.free_mem
+        return free is None or free >= p.memory_bytes
+
+    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
+        want = p.memory_bytes
+        if want and n.free_mem is not None and n.free_mem < want:
+            v = n.view
+            text = memory_text(v.memory_total_bytes or 0, n.free_mem, v.claimed_memory_bytes, want)
+            return self.code, f"{v.name} {text}"
+        return None
+
+    def reserve(self, n: NodeState, shard: Shard) -> None:
+        if n.free_mem is not None:
+            n.free_mem -= shard.memory_bytes
+
+
+class Cores(Rule):
+    code = Reason.CORES
+    static = False
+    profile_fields = ("cpu_cores",)
+    node_fields = ("cpus", "claimed_cores")
+
+    def applies(self, p: Profile) -> bool:
+        return bool(p.cpu_cores)
+
+    def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
+        # A node that reports no CPU count cannot have cores counted against it.
+        free = n.free_cores
+        return free is None or free >= p.cpu_cores
+
+    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
+        return cores_refusal(n, p)
+
+    def reserve(self, n: NodeState, shard: Shard) -> None:
+        if n.free_cores is not None:
+            n.free_cores -= shard.cpu_cores
+
+
+class FreeGpus(Rule):
+    """Free GPUs of the class, a tensor-parallel group in one NVLink island:
+    pick_gpus, which the fast fit asks first, is its check."""
+
+    code = Reason.GPUS_FREE
+    static = False
+    profile_fields = ("gpu_class", "gpus_per_shard", "tensor_parallel")
+    node_fields = ("gpus", "nvlink_islands")
+
+    picks = True
+    needs_gpus = True
+
+    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
+        return gpu_refusal(n, p) if gpus is None else None
+
+    def reserve(self, n: NodeState, shard: Shard) -> None:
+        for index in shard.gpu_indices:
+            # An index is free in its own class's list or nowhere.
+            for free in n.free.values():
+                at = bisect_left(free, index)
+                if at < len(free) and free[at] == index:
+                    del free[at]
+                    break
+            else:
+                raise ValueError(f"{shard.node} GPU {index} is not free")
+
+
+class PowerCap(Rule):
+    code = Reason.POWER_CAP
+    static = False
+    capped = True
+    needs_gpus = True
+    profile_fields = ("power_w",)
+    node_fields = ("declared_w", "derived_w", "measured_w", "budgets", "gpus")
+
+    def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
+        # Empty unless the node is in a capped domain.
+        return not n.power or power.refusal(n, p, gpus) is None
+
+    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
+        if not n.power or gpus is None:
+            return None
+        return power.refusal(n, p, gpus)
+
+    def reserve(self, n: NodeState, shard: Shard) -> None:
+        if n.power:
+            power.apply(n, shard.power_w)
+
+
+# In the order an operator would fix them; a node is refused for the first.
+RULES: list[Rule] = [
+    Ready(),
+    Cordoned(),
+    Held(),
+    Selector(),
+    Engine(),
+    MemoryTotal(),
+    GpuClass(),
+    MemoryClaimed(),
+    Cores(),
+    FreeGpus(),
+    PowerCap(),
+]
+
+
+@contextmanager
+def registered(rule: Rule) -> Iterator[Rule]:
+    """The table with one more rule, last, while the block runs."""
+    RULES.append(rule)
+    _kinds.clear()
+    _reservers.clear()
+    try:
+        yield rule
+    finally:
+        RULES.remove(rule)
+        _kinds.clear()
+        _reservers.clear()
+
+
+StaticKey = tuple[object, ...]
+
+
+def static_key(p: Profile) -> StaticKey:
+    """The profile's fields the static rules read: profiles that share
+    them share an index."""
+    return kind(p).key
+
+
+class Kind:
+    """What the table says of one profile, worked out once: every decision
+    asks it, and a profile is asked of thousands of decisions."""
+
+    __slots__ = ("key", "checks", "capped")
+
+    def __init__(self, p: Profile) -> None:
+        self.key = tuple(
+            _hashable(getattr(p, f)) for r in RULES if r.static for f in r.profile_fields
+        )
+        self.checks = _fast_checks(p, False)
+        self.capped = _fast_checks(p, True)
+
+
+# id(profile) -> the profile (kept, so the id is not reused) and its kind.
+_kinds: dict[int, tuple[Profile, Kind]] = {}
+
+
+def kind(p: Profile) -> Kind:
+    hit = _kinds.get(id(p))
+    if hit is not None and hit[0] is p:
+        return hit[1]
+    if len(_kinds) >= 1024:
+        _kinds.clear()
+    found = Kind(p)
+    _kinds[id(p)] = (p, found)
+    return found
+
+
+def _hashable(value: object) -> object:
+    if isinstance(value, Mapping):
+        return tuple(sorted(value.items()))
+    return value
+
+
+def static_refusal(n: NodeState, p: Profile) -> Refusal | None:
+    """Rules that applying decisions cannot change; cached per profile."""
+    return Judge(p).static(n)
+
+
+def dynamic_refusal(n: NodeState, p: Profile) -> Refusal | None:
+    """The rules that applying decisions changes."""
+    return Judge(p).dynamic(n)
+
+
+def shard_refusal(n: NodeState, p: Profile) -> Refusal | None:
+    """Every per-node rule, in the order an operator would fix them."""
+    judge = Judge(p)
+    return judge.static(n) or judge.dynamic(n)
+
+
+class Judge:
+    """The table's refusals for one profile, the rules that cannot refuse
+    anything for it left out: explain asks them of every node."""
+
+    __slots__ = ("p", "statics", "dynamics", "checks")
+
+    def __init__(self, p: Profile) -> None:
+        self.p = p
+        self.statics = [r.refusal for r in RULES if r.static and r.applies(p)]
+        self.dynamics = [
+            (r.refusal, r.needs_gpus) for r in RULES if not r.static and (r.applies(p) or r.picks)
+        ]
+        self.checks = [r.fits for r in RULES if r.static and r.applies(p)]
+
+    def static(self, n: NodeState) -> Refusal | None:
+        p = self.p
+        for refusal in self.statics:
+            found = refusal(n, p, ())
+            if found is not None:
+                return found
+        return None
+
+    def dynamic(self, n: NodeState) -> Refusal | None:
+        p = self.p
+        gpus: Gpus | None = ()
+        picked = False
+        for refusal, needs_gpus in self.dynamics:
+            if needs_gpus and not picked:
+                gpus, picked = pick_gpus(n, p), True
+            found = refusal(n, p, gpus)
+            if found is not None:
+                return found
+        return None
+
+    def fits(self, n: NodeState) -> bool:
+        """The static rules' fast checks: no message is made."""
+        p = self.p
+        for fits in self.checks:
+            if not fits(n, p, ()):
+                return False
+        return True
+
+
+# A profile's fast checks: those asked before its GPUs are picked, then after.
+Checks = tuple[tuple[Check, ...], tuple[Check, ...]]
+
+
+def fast_checks(p: Profile, capped: bool) -> Checks:
+    """The dynamic rules' fast checks that can refuse a node for the
+    profile; the power cap's only on a fleet with caps."""
+    found = kind(p)
+    return found.capped if capped else found.checks
+
+
+def _fast_checks(p: Profile, capped: bool) -> Checks:
+    asked = [
+        r
+        for r in RULES
+        if not r.static and not r.picks and r.applies(p) and (capped or not r.capped)
+    ]
+    return (
+        tuple(r.fits for r in asked if not r.needs_gpus),
+        tuple(r.fits for r in asked if r.needs_gpus),
+    )
+
+
+def fit(n: NodeState, p: Profile, checks: Checks) -> Gpus | None:
+    """The GPUs one shard takes on the node, or None where a dynamic rule
+    refuses it (the scheduler's fast path: no message is made)."""
+    before, after = checks
+    for fits in before:
+        if not fits(n, p, ()):
+            return None
+    gpus = pick_gpus(n, p)
+    if gpus is None:
+        return None
+    for fits in after:
+        if not fits(n, p, gpus):
+            return None
+    return gpus
+
+
+def reserve(n: NodeState, shard: Shard) -> None:
+    """What a shard of a decision applied takes of the node, rule by rule."""
+    reservers = _reservers
+    if not reservers:
+        reservers.extend(r.reserve for r in RULES if not r.static)
+    for take in reservers:
+        take(n, shard)
+
+
+# The dynamic rules' reserve, in table order; filled on first use.
+_reservers: list[Callable[[NodeState, Shard], None]] = []
+
+
+def engine_refusal(n: NodeState, p: Profile) -> Refusal | None:
+    v = n.view
+    # An agent too old to probe says nothing about engines; refusing it would
+    # empty the fleet on a control plane upgrade.
+    if not v.engines_probed:
+        return None
+    versions = n.engine_versions.get(p.engine)
+    # An engine reported without a version (named in agent.yaml on purpose)
+    # is of unknown version, which is not a wrong one.
+    wanted = p.engine if p.engine_version is None else f"{p.engine}@{p.engine_version}"
+    if versions is not None and (
+        p.engine_version is None or None in versions or p.engine_version in versions
+    ):
+        return None
+    has = f"has engines {engine_list(n)}" if v.engines else "has no engines"
+    said = v.engine_status.get(p.engine, "")
+    status = f" ({said})" if said else ""
+    return Reason.ENGINE, f"{v.name} {has}, needs {wanted}{status}"
+
+
+def engine_list(n: NodeState) -> str:
+    """Each engine once: "llama.cpp@b11434", not also the bare name the
+    snapshot adds beside it; a bare name only when no version is known."""
+    names: list[str] = []
+    for name, versions in sorted(n.engine_versions.items()):
+        known = sorted(v for v in versions if v is not None)
+        if known:
+            names.extend(f"{name}@{v}" for v in known)
+        else:
+            names.append(name)
+    return ", ".join(names)
+
+
+def split(real: str, planned: str, real_n: int, planned_n: int) -> str:
+    """What of a node's claims its shards hold and what a dry run's earlier
+    decisions took; "" when the dry run took nothing here."""
+    if not planned_n:
+        return ""
+    if not real_n:
+        return f" {DRY_RUN}"
+    return f": {real} already, {planned} {DRY_RUN}"
+
+
+# A fleet repeats a few totals, claims and wants: a refusal of every node
+# formats each combination once.
+@lru_cache(maxsize=4096)
+def memory_text(total: int, free_mem: int, real: int, want: int) -> str:
+    claimed = total - free_mem
+    free, needs = sizes(max(free_mem, 0), want)
+    if not claimed:
+        return f"has {free} of memory, none of it claimed, needs {needs}"
+    planned = claimed - real
+    of, less = sizes(total, claimed)
+    return (
+        f"has {free} of memory unclaimed ({of} less {less} claimed"
+        f"{split(*sizes(real, planned), real, planned)}), needs {needs}"
+    )
+
+
+def cores_refusal(n: NodeState, p: Profile) -> Refusal | None:
+    want = p.cpu_cores
+    if want and n.free_cores is not None and n.free_cores < want:
+        v = n.view
+        cpus = v.cpus or 0
+        reserved = cpus - n.free_cores
+        if not reserved:
+            return (
+                Reason.CORES,
+                f"{v.name} has {plural(cpus, 'CPU core')}, none reserved, needs {want}",
+            )
+        real, planned = v.claimed_cores, reserved - v.claimed_cores
+        return (
+            Reason.CORES,
+            f"{v.name} has {plural(max(n.free_cores, 0), 'CPU core')} unreserved "
+            f"({cpus} less {reserved} reserved{split(str(real), str(planned), real, planned)}), "
+            f"needs {want}",
+        )
+    return None
+
+
+def pick_gpus(n: NodeState, p: Profile) -> tuple[int, ...] | None:
+    """The GPU indices one shard gets on this node, or None if it cannot."""
+    gps = p.gpus_per_shard
+    if gps == 0:
+        return ()
+    assert p.gpu_class is not None
+    free = n.free.get(p.gpu_class)
+    if not free or len(free) < gps:
+        return None
+    group = min(p.tensor_parallel, gps)
+    if group == 1 or not n.islands:
+        return tuple(free[:gps])
+    # Each tensor-parallel group goes whole into one island, the tightest that
+    # takes it, so the larger islands stay whole for larger groups.
+    avail = [[i for i in free if i in island] for island in n.islands]
+    chosen: list[int] = []
+    remaining = gps
+    while remaining:
+        need = min(group, remaining)
+        best: list[int] | None = None
+        for a in avail:
+            if len(a) >= need and (
+                best is None or len(a) < len(best) or (len(a) == len(best) and a[0] < best[0])
+            ):
+                best = a
+        if best is None:
+            return None
+        chosen.extend(best[:need])
+        del best[:need]
+        remaining -= need
+    return tuple(sorted(chosen))
+
+
+def gpu_refusal(n: NodeState, p: Profile) -> Refusal:
+    """Why pick_gpus returned None, with the numbers."""
+    v = n.view
+    cls = p.gpu_class
+    assert cls is not None
+    free = n.free.get(cls, [])
+    total = n.class_total.get(cls, 0)
+    if len(free) >= p.gpus_per_shard:
+        group = min(p.tensor_parallel, p.gpus_per_shard)
+        largest = max((sum(1 for i in free if i in isl) for isl in n.islands), default=0)
+        return (
+            Reason.NVLINK,
+            f"{v.name} has {len(free)} free {cls} GPUs but its largest free NVLink island "
+            f"has {largest}, a tensor-parallel group needs {group} together",
+        )
+    sick = [g for g in v.gpus if g.gpu_class == cls and not g.healthy]
+    real = sum(1 for g in v.gpus if g.gpu_class == cls and g.healthy and g.allocated)
+    # The rest of the missing cards went to decisions applied to this copy.
+    planned = total - len(sick) - len(free) - real
+    parts = [f"{real} allocated"] if real else []
+    if planned:
+        parts.append(f"{planned} taken {DRY_RUN}")
+    if sick:
+        why = "; ".join(f"GPU {g.index}: {g.unhealthy_reason or 'unhealthy'}" for g in sick)
+        parts.append(f"{len(sick)} unhealthy ({why})")
+    detail = f" ({', '.join(parts)})" if parts else ""
+    return (
+        Reason.GPUS_FREE,
+        f"{v.name} has {len(free)} free {cls} GPUs of {total}{detail}, needs {p.gpus_per_shard}",
+    )
