@@ -29,9 +29,9 @@ back leaves nothing behind. Rows a transaction wrote itself are never
 read into the shared index from inside it. A read that fails drops the
 index whole: the log's cursor moves only with a look that succeeded. And
 the database has the last word: each decision is checked against its
-nodes' rows, locked, before it commits (serving.checked); the unique
-(node, index) claim refuses a card handed out twice. A stale index makes a
-placement slower, never wrong.
+nodes' rows and its domains' power caps, locked, before it commits
+(serving.checked); the unique (node, index) claim refuses a card handed
+out twice. A stale index makes a placement slower, never wrong.
 """
 
 from __future__ import annotations
