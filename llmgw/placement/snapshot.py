@@ -17,7 +17,8 @@ from llmgw import holdings
 from llmgw.catalog.models import Profile as ProfileRow
 from llmgw.fabrics.choices import link_up
 from llmgw.fabrics.models import FabricMap, Port
-from llmgw.fabrics.topology import device_number, split_description
+from llmgw.fabrics.rails import device_number
+from llmgw.fabrics.topology import split_description
 from llmgw.facility.services import Facility, declared_by_node
 from llmgw.inventory import services as inventory
 from llmgw.inventory.cards import CardView
@@ -75,7 +76,9 @@ def claims_by_node(only: Collection[int] | None = None) -> Claims:
     return claims
 
 
-def nvlink_islands(topology: dict | None, uuids: dict[str, int]) -> tuple[frozenset[int], ...]:
+def nvlink_islands(
+    topology: dict[str, Any] | None, uuids: dict[str, int]
+) -> tuple[frozenset[int], ...]:
     """Groups of a node's GPUs joined by NVLink, from its topology matrix
     (cells "NV<n>"); empty when the node did not say."""
     if not topology or not topology.get("matrix"):
@@ -112,7 +115,7 @@ def _islands(
     return tuple(frozenset(g) for g in sorted(groups.values(), key=min))
 
 
-def engine_view(engines: list[dict] | None) -> tuple[frozenset[str], dict[str, str]]:
+def engine_view(engines: list[dict[str, Any]] | None) -> tuple[frozenset[str], dict[str, str]]:
     """Installed engines as the scheduler names them, and the node's own
     words about each engine that is not (yet) installed, by name."""
     installed: set[str] = set()
@@ -168,7 +171,9 @@ class PortFacts(NamedTuple):
 def port_facts(ports: QuerySet[Port]) -> list[PortFacts]:
     """These ports (a Port queryset) as PortFacts."""
     rows = ports.values_list(*PortFacts._fields[:-1], "physical_fabric__identity")
-    return [PortFacts(*r[:-1], FabricRef(r[-1]) if r[-2] is not None else None) for r in rows]
+    return [
+        PortFacts._make((*r[:-1], FabricRef(r[-1]) if r[-2] is not None else None)) for r in rows
+    ]
 
 
 def fabric_view(
@@ -324,7 +329,8 @@ class PlacedCard(NamedTuple):
     part of it at 5,000 nodes). Read as a CardView reads."""
 
     node_id: int
-    index: int
+    # Shadows tuple.index, as the column is named (mypy: an int, not the method).
+    index: int  # type: ignore[assignment]
     uuid: str
     gpu_class: str
     memory_total_bytes: int | None
