@@ -36,6 +36,7 @@ from .multinode import fabric_adapters
 from .node_state import NodeState, Replicas
 from .rules import Judge, StaticKey, fast_checks, fit, static_key
 from .types import (
+    Attempts,
     Decision,
     Explanation,
     NodeView,
@@ -228,18 +229,44 @@ class Inventory:
     # -- deciding ---------------------------------------------------------
 
     def place(self, model: str, profiles: Sequence[Profile]) -> Placement:
-        """Try profiles highest priority first (ties in the order given)."""
-        ordered = sorted(profiles, key=lambda p: -p.priority)
+        """Try profiles highest priority first (ties in the order given),
+        and why every node was refused for each profile tried."""
+        decision, attempts = self.first_fit(model, profiles)
+        return self.explained(model, profiles, decision, attempts)
+
+    def first_fit(
+        self, model: str, profiles: Sequence[Profile]
+    ) -> tuple[Decision | None, Attempts]:
+        """The priority loop, the one every caller places by: highest
+        priority first, ties in the order given, until one fits; the
+        decision and the profiles tried, nothing judged node by node."""
         attempts: list[tuple[str, int, bool]] = []
-        sources: list[RejectionSource] = []
         decision: Decision | None = None
-        for p in ordered:
+        for p in sorted(profiles, key=lambda p: -p.priority):
             decision = self.decide(model, p)
             attempts.append((p.name, p.priority, decision is not None))
-            sources.append(partial(self._explain, model, p, decision))
             if decision is not None:
                 break
-        explanation = Explanation(model, tuple(attempts), sources)
+        return decision, tuple(attempts)
+
+    def explained(
+        self,
+        model: str,
+        profiles: Sequence[Profile],
+        decision: Decision | None,
+        attempts: Attempts,
+    ) -> Placement:
+        """The decision with its explanation: every node judged for each
+        profile tried, on this copy as it stands (lazily, but before it
+        changes). A stored decision is explained by the same words, its
+        own claims taken out of the copy by the caller."""
+        by_name = {p.name: p for p in profiles}
+        sources: list[RejectionSource] = [
+            partial(self._explain, model, by_name[name], decision if placed else None)
+            for name, _, placed in attempts
+            if name in by_name
+        ]
+        explanation = Explanation(model, attempts, sources)
         self._pending.add(explanation)
         return Placement(model, decision, explanation)
 

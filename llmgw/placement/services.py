@@ -5,16 +5,13 @@ inside the transaction and under the lock that make it safe to act on."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 from llmgw.catalog.models import Model
 from llmgw.placement import scheduler
 from llmgw.placement.explaining import attempt_lines, lines
 from llmgw.placement.snapshot import leaf_name, node_views, profile_view
-from llmgw.placement.types import Decision, Explanation, Placement, Profile, Shard
-
-Attempts = tuple[tuple[str, int, bool], ...]
+from llmgw.placement.types import Attempts, Decision, Placement, Profile, Shard
 
 
 class PlacementError(Exception):
@@ -23,7 +20,8 @@ class PlacementError(Exception):
 
 def load_model(name: str) -> Model:
     try:
-        return Model.objects.prefetch_related("profiles").get(name=name)
+        model: Model = Model.objects.prefetch_related("profiles").get(name=name)
+        return model
     except Model.DoesNotExist:
         raise PlacementError(f"no model named {name!r} in the catalog") from None
 
@@ -64,17 +62,9 @@ def room_for(model: Model, wanted: int) -> tuple[int, dict[str, Any] | None]:
 def decide_on(
     inventory: scheduler.Inventory, model: str, profiles: Sequence[Profile]
 ) -> tuple[Decision | None, Attempts]:
-    """Place's choice without its explanation: highest priority first, ties
-    in the order given, and the profiles tried. Nothing is judged node by
-    node; record_data keeps what explain needs to do that on read."""
-    attempts: list[tuple[str, int, bool]] = []
-    decision: Decision | None = None
-    for p in sorted(profiles, key=lambda p: -p.priority):
-        decision = inventory.decide(model, p)
-        attempts.append((p.name, p.priority, decision is not None))
-        if decision is not None:
-            break
-    return decision, tuple(attempts)
+    """Place's choice without its explanation (Inventory.first_fit);
+    record_data keeps what explain needs to judge every node on read."""
+    return inventory.first_fit(model, profiles)
 
 
 def record_data(model: str, decision: Decision | None, attempts: Attempts) -> dict[str, Any]:
@@ -133,18 +123,8 @@ def judged(
     """A stored decision with its explanation, every node judged now on
     `inventory` (the fleet as it stands, the decision's own claims taken
     out by the caller): what explain renders. Same words as a fresh
-    placement's while the fleet has not changed since. Judged lazily: the
-    caller reads it before the inventory changes."""
-    by_name = {p.name: p for p in profiles}
-    sources = []
-    for name, _, placed in attempts:
-        p = by_name.get(name)
-        if p is not None:
-            # A private method of the same package: the scheduler's own judge.
-            sources.append(
-                partial(inventory._explain, model, p, decision if placed else None)  # noqa: SLF001
-            )
-    return Placement(model, decision, Explanation(model, attempts, sources))
+    placement's while the fleet has not changed since."""
+    return inventory.explained(model, profiles, decision, attempts)
 
 
 def explanation_data(placement: Placement, judge_nodes: bool = True) -> dict[str, Any]:
@@ -166,7 +146,7 @@ def explanation_data(placement: Placement, judge_nodes: bool = True) -> dict[str
         attempts.append(
             {"profile": profile, "priority": priority, "placed": placed, "reasons": reasons}
         )
-    data = {
+    data: dict[str, Any] = {
         "model": placement.model,
         "placed": placement.decision is not None,
         "decision": decision_data(placement.decision) if placement.decision else None,

@@ -317,6 +317,9 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+# (profile name, priority, placed) per profile tried, in the order tried.
+Attempts = tuple[tuple[str, int, bool], ...]
+
 # Computes one profile's rejections on demand; see Explanation.
 RejectionSource = Callable[[], tuple[Rejection, ...]]
 
@@ -332,8 +335,7 @@ class Explanation:
     """
 
     model: str
-    # (profile name, priority, placed) in the order tried.
-    attempts: tuple[tuple[str, int, bool], ...]
+    attempts: Attempts
     _sources: list[RejectionSource] = field(repr=False)
     _rejections: tuple[Rejection, ...] | None = field(default=None, repr=False)
 

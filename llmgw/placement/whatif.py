@@ -211,16 +211,6 @@ def lost_replicas(fleet: Fleet, nodes: Sequence[str]) -> list[Lost]:
     return out
 
 
-def decide(inv: Inventory, model: str, profiles: Sequence[Profile]) -> Decision | None:
-    """Inventory.place without its explanation: the highest priority that
-    fits (ties in the order given), as place tries them."""
-    for p in sorted(profiles, key=lambda p: -p.priority):
-        decision = inv.decide(model, p)
-        if decision is not None:
-            return decision
-    return None
-
-
 def fail(fleet: Fleet, domain: str, *, explain: bool = True) -> Outcome:
     """Fail one domain and place its lost replicas again, on a copy.
 
@@ -268,7 +258,7 @@ def _replace_model(
 ) -> None:
     profiles = fleet.profiles.get(model, ())
     for lost in losses:
-        lost.decision = decide(inv, model, profiles)
+        lost.decision, _ = inv.first_fit(model, profiles)
         if lost.decision is None:
             if explain:
                 lost.placement = inv.place(model, profiles)

@@ -251,7 +251,7 @@ def sweep(levels: tuple[str, ...] = whatif.SWEPT) -> dict[str, Any]:
     # The sweep returns every failure that leaves a model short, those
     # already short included; only a failure that takes replicas from a
     # model short afterwards hurts.
-    rows = []
+    rows: list[dict[str, Any]] = []
     for o in outcomes:
         below = below_after(fleet, o)
         if below:
@@ -326,7 +326,7 @@ def place(text: str) -> dict[str, Any]:
         placed: list[dict[str, Any]] = []
         refusal = None
         for _ in range(wanted):
-            decision = whatif.decide(inv, model, profiles)
+            decision, _ = inv.first_fit(model, profiles)
             if decision is None:
                 refusal = explanation_data(inv.place(model, profiles))
                 break

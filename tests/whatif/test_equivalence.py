@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from llmgw.placement.claims import apply_to_views
 from llmgw.placement.scheduler import Inventory
 from llmgw.placement.types import GpuView, NodeView, Profile
-from llmgw.placement.whatif import Fleet, HeldReplica, decide, fail, released, resolve
+from llmgw.placement.whatif import Fleet, HeldReplica, fail, released, resolve
 from llmgw.units import GiB
 
 CLASS = "H100"
@@ -49,7 +49,7 @@ def fleets(draw: st.DrawFn) -> Fleet:
     replicas = []
     for _ in range(draw(st.integers(0, 24))):
         model = draw(st.sampled_from(sorted(profiles)))
-        d = decide(inv, model, profiles[model])
+        d, _ = inv.first_fit(model, profiles[model])
         if d is None:
             continue
         inv.apply(d)
@@ -73,7 +73,7 @@ def plain(fleet: Fleet, domain: str) -> list[tuple[int, object]]:
         views = released(views, [r.decision for r in mine])
         inv = Inventory(views)
         for r in mine:
-            d = decide(inv, model, fleet.profiles[model])
+            d, _ = inv.first_fit(model, fleet.profiles[model])
             out.append((r.id, d))
             if d is None:
                 break
