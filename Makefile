@@ -38,8 +38,7 @@ lint: venv-test
 	$(BIN)/lint-imports --no-cache
 
 typecheck: venv-test
-	$(BIN)/mypy --strict agent/llmgw_agent llmgw/placement/types.py llmgw/placement/scheduler.py llmgw/placement/index.py llmgw/placement/refusals.py \
-	  llmgw/placement/reindex.py llmgw/placement/whatif.py llmgw/placement/power.py llmgw/placement/spread.py llmgw/placement/claims.py
+	$(BIN)/mypy --strict agent/llmgw_agent llmgw/placement llmgw/serving/whatif.py
 
 fmt: venv-test
 	$(BIN)/ruff check --fix .
@@ -51,12 +50,21 @@ fmt: venv-test
 # tests/test_embedded.py proves the embedded default of a fresh data
 # directory, in a subprocess of its own.
 TEST_DATA = $(CURDIR)/test-artifacts/embedded-db
+# The tests run on TEST_WORKERS pytest-xdist workers (0: in pytest's own
+# process): most of make test's time is spent waiting on servers,
+# subprocesses and the clock, so 4 workers on 2 cores take about half as
+# long. Each worker has a PostgreSQL test database of its own (pytest-django
+# names it after the worker) and a Redis database of its own (REDIS's number
+# plus the worker's, tests/conftest.py: 0-3 here). The tests that share a
+# server started once (the reliability layout, the README's demo) run on
+# one worker, the largest such groups first (tests/tiers.py).
+TEST_WORKERS ?= 4
 pytest: venv-test services
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	@mkdir -p test-artifacts; if [ -n "$(DATABASE_URL)" ]; then url="$(DATABASE_URL)"; stop=true; \
 	  else url=$$($(BIN)/python -m llmgw.embedded_db start $(TEST_DATA)) || exit 1; \
 	  stop="$(BIN)/python -m llmgw.embedded_db stop $(TEST_DATA)"; fi; \
-	DATABASE_URL=$$url REDIS_URL=$(REDIS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest $(PYTEST_ARGS); \
+	DATABASE_URL=$$url REDIS_URL=$(REDIS) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); \
 	  code=$$?; $$stop >/dev/null; if [ $$code -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$code
 
 # The quick tier while you work: ruff, the import contracts, mypy, then
