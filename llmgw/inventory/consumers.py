@@ -23,17 +23,20 @@ from typing import Any
 import msgspec
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from llmgw_agent.protocol.stream import Command
+from llmgw_agent.protocol.stream import Command, Result
 
 from llmgw.inventory import commands, node_certificates, services
+from llmgw.inventory.api import agent_request
 
 log = logging.getLogger("llmgw.commands")
 POLL_S = 1.0
 # The close code of a refused or revoked credential (4000 + HTTP 401).
 UNAUTHORIZED = 4401
+# The close code of a message that is not a readable result (4000 + 400).
+UNREADABLE = 4400
 
 
-class AgentStreamConsumer(AsyncJsonWebsocketConsumer):
+class AgentStreamConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Channels ships no types
     node_id: int | None = None
     # The digest of the credential this stream opened with, or
     # commands.CERT_HELD and the serial of its certificate.
@@ -43,20 +46,17 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):
     _poller: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
-        headers = dict(self.scope.get("headers") or [])
-        scheme, _, credential = (
-            headers.get(b"authorization", b"").decode(errors="replace").partition(" ")
-        )
         pem = node_certificates.client_certificate(self.scope)
         if pem is not None:
             # A certificate is the node, as on the agent API; such a stream
             # hears of commands at its poll (the wake-up goes to credentials).
             node, held = await database_sync_to_async(node_certificates.authenticate_stream)(pem)
         else:
+            credential = agent_request.scope_credential(self.scope)
             node = (
-                await database_sync_to_async(services.authenticate)(credential)
-                if scheme == "Node"
-                else None
+                None
+                if credential is None
+                else await database_sync_to_async(services.authenticate)(credential.text)
             )
             held = node.credential_hash if node is not None else ""
         if node is None:
@@ -122,13 +122,26 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):
                 )
                 await self.send_json(msgspec.to_builtins(sent))
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
         if self._closed:
             return
-        if isinstance(content, dict) and content.get("type") == "result":
-            # finish() checks the credential in its UPDATE: a result sent
-            # after a revocation is not stored even if it won the race.
-            await database_sync_to_async(commands.finish)(self.node_id, content, self.held)
+        # Read as the agent API reads a body (agent_request): a result the
+        # strict reader or the protocol refuses (not JSON, a NUL, another
+        # message) ends the stream, as it would be a 400 over HTTP. Its
+        # output may be a whole fabric's map: the HTTP body limit is not
+        # this message's, the WebSocket server's frame limit is.
+        body = text_data.encode() if text_data is not None else bytes_data or b""
+        result, errors = agent_request.read(body, Result)
+        if result is None:
+            log.warning("a command stream sent what is not a result, closed: %s", errors)
+            self._closed = True
+            await self.close(code=UNREADABLE)
+            return
+        # finish() checks the credential in its UPDATE: a result sent
+        # after a revocation is not stored even if it won the race.
+        await database_sync_to_async(commands.finish)(self.node_id, result, self.held)
 
 
 class _Watch:

@@ -24,26 +24,19 @@ from typing import Any
 
 import msgspec
 from django.db import connection
-from django.db.models import F, JSONField
+from django.db.models import JSONField
 
 from llmgw.inventory.models import Filesystem, Node
 
-# Every column a heartbeat's measurements may set (heartbeats._measurements),
-# each set only when the heartbeat brings it, else left as stored.
-MEASURED = (
-    "last_heartbeat_at", "collectors", "cpu_utilization_percent", "load1", "load5", "load15",
-    "memory_used_bytes", "memory_available_bytes", "measured_at", "filesystems_reported_at",
-    "weights_probed", "telemetry_at", "gpu_telemetry", "sensors", "port_samples", "ports_at",
-    "shard_samples", "engines", "engines_probed", "warnings", "notices",
-    "wear_previously_reported_at", "wear_reported_at",
-)  # fmt: skip
+# (column, the column it copies or None), as heartbeats.MEASURED names them.
+Measured = tuple[tuple[str, str | None], ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Beat:
     name: str
     credential_hash: str
-    # Column -> value, from heartbeats._measurements; F("col") copies a column.
+    # Column -> value, of heartbeats.MEASURED's columns (a copying one's is ignored).
     fields: dict[str, Any]
     # (mount, free bytes) of each filesystem it reported; None when it sent none.
     free: list[tuple[str, int]] | None
@@ -53,12 +46,7 @@ class Beat:
 
 
 _encode = msgspec.json.Encoder().encode
-_sql: dict[tuple[bool, tuple[str, ...]], str] = {}
-
-
-def _value(column: str, value: Any) -> Any:
-    # A copied column travels as a marker: the SQL names the column itself.
-    return True if isinstance(value, F) else value
+_sql: dict[tuple[bool, tuple[str, ...], Measured], str] = {}
 
 
 def _returned(name: str) -> str:
@@ -71,11 +59,11 @@ def _returned(name: str) -> str:
     return column
 
 
-def _statement(asynchronous: bool, returned: tuple[str, ...]) -> str:
+def _statement(asynchronous: bool, returned: tuple[str, ...], measured: Measured) -> str:
     quote = connection.ops.quote_name
     opts = Node._meta
     sets = []
-    for name in MEASURED:
+    for name, copies in measured:
         field = opts.get_field(name)
         column = quote(field.column)
         if isinstance(field, JSONField):
@@ -83,9 +71,9 @@ def _statement(asynchronous: bool, returned: tuple[str, ...]) -> str:
             value = f"NULLIF(b.f -> '{name}', 'null'::jsonb)"
         else:
             value = f"(b.f ->> '{name}')::{field.db_type(connection)}"
-        if name == "wear_previously_reported_at":
+        if copies is not None:
             # As stored before this UPDATE: SET expressions read the old row.
-            value = f"n.{quote('wear_reported_at')}"
+            value = f"n.{quote(opts.get_field(copies).column)}"
         sets.append(f"{column} = CASE WHEN b.f ? '{name}' THEN {value} ELSE n.{column} END")
     fs = Filesystem._meta
     returning = ", ".join(_returned(name) for name in returned)
@@ -120,12 +108,15 @@ WITH b AS (
 SELECT * FROM node"""
 
 
-def update(beats: Sequence[Beat], returned: Sequence[str]) -> dict[str, tuple[Any, ...]]:
-    """One statement for all of `beats` (one per node name at most): each
-    authenticated node's row as `returned` lists it, by name. `returned`
-    must begin with "name"; its "desired" is None where the beat's
-    desired_digest matches the stored one."""
-    key = (not connection.in_atomic_block, tuple(returned))
+def update(
+    beats: Sequence[Beat], returned: Sequence[str], measured: Measured
+) -> dict[str, tuple[Any, ...]]:
+    """One statement for all of `beats` (one per node name at most),
+    setting each of `measured` a beat brings: each authenticated node's
+    row as `returned` lists it, by name. `returned` must begin with
+    "name"; its "desired" is None where the beat's desired_digest matches
+    the stored one."""
+    key = (not connection.in_atomic_block, tuple(returned), measured)
     sql = _sql.get(key)
     if sql is None:
         sql = _sql[key] = _statement(*key)
@@ -136,7 +127,7 @@ def update(beats: Sequence[Beat], returned: Sequence[str]) -> dict[str, tuple[An
         {
             "n": beat.name,
             "h": beat.credential_hash,
-            "f": {column: _value(column, value) for column, value in beat.fields.items()},
+            "f": beat.fields,
             "d": beat.desired_digest,
         }
         for beat in ordered

@@ -13,11 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from llmgw import events
-from llmgw.accounts import hashing
 from llmgw.inventory import gpus, heartbeat_batch, sections
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import Filesystem, ModelHolding, Node
@@ -34,18 +32,6 @@ def heartbeat(node: Node, data: dict[str, Any], now: datetime | None = None) -> 
     return answer
 
 
-def heartbeat_with_credential(
-    name: str, secret: str, data: dict[str, Any], now: datetime | None = None
-) -> dict[str, Any] | None:
-    """Authenticate and store one heartbeat in a single statement; None,
-    having written nothing, when the credential is unknown or revoked.
-
-    The credential check is the UPDATE's WHERE clause rather than a SELECT
-    before it: one round trip instead of two, and a revocation bites on the
-    very next heartbeat (there is no cache of credentials to go stale)."""
-    return store_many([(name, hashing.digest(secret), data, now or timezone.now())])[0]
-
-
 def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -60,39 +46,83 @@ def _digests(data: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def _measurements(data: dict[str, Any], now: datetime) -> dict[str, Any]:
-    """The node row's columns that every heartbeat replaces."""
-    fields: dict[str, Any] = {"last_heartbeat_at": now}
-    if "collectors" in data:
-        fields["collectors"] = data["collectors"]
-    cpu = data.get("cpu")
-    if cpu is not None:
-        fields["cpu_utilization_percent"] = cpu.get("utilization_percent")
-        load = cpu.get("load") or [None, None, None]
-        fields["load1"], fields["load5"], fields["load15"] = load
-    memory = data.get("memory")
-    if memory is not None:
-        fields["memory_used_bytes"] = memory.get("used_bytes")
-        fields["memory_available_bytes"] = memory.get("available_bytes")
-    if cpu is not None or memory is not None:
-        fields["measured_at"] = now
-    if "filesystems" in data:
-        fields["filesystems_reported_at"] = now
-    if "weights" in data:
-        fields["weights_probed"] = bool(data["weights"].get("probed"))
-    if "gpus" in data or "sensors" in data:
-        fields["telemetry_at"] = now
-    for key, column in (("gpus", "gpu_telemetry"), ("sensors", "sensors")):
-        if key in data:
-            fields[column] = data[key]
-    if "ports" in data:
-        fields["port_samples"], fields["ports_at"] = data["ports"], now
-    if "shards" in data:
-        fields["shard_samples"] = data["shards"]
-    for key in ("engines", "engines_probed", "warnings", "notices"):
-        if key in data:
-            fields[key] = data[key]
-    return fields
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """A node column the heartbeat replaces, stored with the node row in
+    the batch's one statement (heartbeat_batch). `brings(data, digests)`:
+    whether this heartbeat sets it (else it is left as stored);
+    `value(data, now)`: to what. `copies`: a column whose value before
+    the statement it takes instead."""
+
+    column: str
+    brings: Callable[[dict[str, Any], dict[str, str]], bool]
+    value: Callable[[dict[str, Any], datetime], Any] = lambda data, now: now
+    copies: str | None = None
+
+
+def _any_of(*keys: str) -> Callable[[dict[str, Any], dict[str, str]], bool]:
+    # An optional section of the protocol is absent, never null, when not sent.
+    return lambda data, digests: any(key in data for key in keys)
+
+
+def _sent(key: str, field: str | None = None) -> Callable[[dict[str, Any], datetime], Any]:
+    if field is None:
+        return lambda data, now: data[key]
+    return lambda data, now: data[key].get(field)
+
+
+def _load(index: int) -> Callable[[dict[str, Any], datetime], Any]:
+    return lambda data, now: (data["cpu"].get("load") or [None, None, None])[index]
+
+
+def _wear(data: dict[str, Any], digests: dict[str, str]) -> bool:
+    # Unchanged wear writes no Gpu row, yet it is as current as the
+    # heartbeat: without this a fault held for minutes would read stale.
+    # The previous time dates the cards a changed report leaves out.
+    return "gpu_health_digest" in digests
+
+
+# Every node column a heartbeat writes with its row: the one list, read by
+# the statement that stores them. A column named here is stored; one not
+# named is not written by a heartbeat at all.
+MEASURED: tuple[Measured, ...] = (
+    Measured("last_heartbeat_at", lambda data, digests: True),
+    Measured("collectors", _any_of("collectors"), _sent("collectors")),
+    Measured("cpu_utilization_percent", _any_of("cpu"), _sent("cpu", "utilization_percent")),
+    Measured("load1", _any_of("cpu"), _load(0)),
+    Measured("load5", _any_of("cpu"), _load(1)),
+    Measured("load15", _any_of("cpu"), _load(2)),
+    Measured("memory_used_bytes", _any_of("memory"), _sent("memory", "used_bytes")),
+    Measured("memory_available_bytes", _any_of("memory"), _sent("memory", "available_bytes")),
+    Measured("measured_at", _any_of("cpu", "memory")),
+    Measured("filesystems_reported_at", _any_of("filesystems")),
+    Measured(
+        "weights_probed",
+        _any_of("weights"),
+        lambda data, now: bool(data["weights"].get("probed")),
+    ),
+    Measured("telemetry_at", _any_of("gpus", "sensors")),
+    Measured("gpu_telemetry", _any_of("gpus"), _sent("gpus")),
+    Measured("sensors", _any_of("sensors"), _sent("sensors")),
+    Measured("port_samples", _any_of("ports"), _sent("ports")),
+    Measured("ports_at", _any_of("ports")),
+    Measured("shard_samples", _any_of("shards"), _sent("shards")),
+    Measured("engines", _any_of("engines"), _sent("engines")),
+    Measured("engines_probed", _any_of("engines_probed"), _sent("engines_probed")),
+    Measured("warnings", _any_of("warnings"), _sent("warnings")),
+    Measured("notices", _any_of("notices"), _sent("notices")),
+    Measured("wear_previously_reported_at", _wear, copies="wear_reported_at"),
+    Measured("wear_reported_at", _wear),
+)
+
+
+def _measurements(data: dict[str, Any], now: datetime, digests: dict[str, str]) -> dict[str, Any]:
+    """The node row's columns this heartbeat replaces."""
+    return {
+        m.column: None if m.copies else m.value(data, now)
+        for m in MEASURED
+        if m.brings(data, digests)
+    }
 
 
 # (node name, credential digest, heartbeat, when it arrived)
@@ -138,7 +168,8 @@ def store_batch(beats: Sequence[Incoming]) -> list[dict[str, Any] | Durable | No
     prepared = [_prepare(name, digest, data, at) for name, digest, data, at in beats]
     columns = [column for section in sections.registered() for column in section.columns]
     returned = [*_RETURNING, *columns]
-    rows = heartbeat_batch.update([beat for beat, _ in prepared], returned)
+    measured = tuple((m.column, m.copies) for m in MEASURED)
+    rows = heartbeat_batch.update([beat for beat, _ in prepared], returned, measured)
     answers: list[dict[str, Any] | Durable | None] = []
     for (beat, digests), (_, _, data, _) in zip(prepared, beats, strict=True):
         row = rows.get(beat.name)
@@ -149,14 +180,8 @@ def store_batch(beats: Sequence[Incoming]) -> list[dict[str, Any] | Durable | No
 def _prepare(
     name: str, credential_hash: str, data: dict[str, Any], now: datetime
 ) -> tuple[heartbeat_batch.Beat, dict[str, str]]:
-    fields = _measurements(data, now)
     digests = _digests(data)
-    if "gpu_health_digest" in digests:
-        # Unchanged wear writes no Gpu row, yet it is as current as the
-        # heartbeat: without this a fault held for minutes would read stale.
-        # The previous time dates the cards a changed report leaves out.
-        fields["wear_previously_reported_at"] = F("wear_reported_at")
-        fields["wear_reported_at"] = now
+    fields = _measurements(data, now, digests)
     free = None
     if "filesystems" in data:
         # Free space changes on nearly every beat of a real disk: it is a
@@ -200,7 +225,7 @@ def _settle(
 _RETURNING = ("name", "id", "state", "registered_at", "desired", "desired_digest")
 
 
-@transaction.atomic
+@transaction.atomic  # type: ignore[untyped-decorator]  # Django ships no types
 def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: datetime) -> None:
     # Locked and compared again: two heartbeats of one node racing must not
     # both replace its filesystems, and a node revoked since the UPDATE

@@ -13,14 +13,20 @@ from llmgw.inventory.coalesce import Coalescer
 
 
 def post(
-    path: str, body: bytes, headers: list[tuple[bytes, bytes]], chunks: int = 1, **scope: Any
+    path: str,
+    body: bytes,
+    headers: list[tuple[bytes, bytes]],
+    chunks: int = 1,
+    django: Any = None,
+    **scope: Any,
 ) -> dict[str, Any]:
     """`body` sent in `chunks` messages; returns what Django was handed
-    ("handed") and what the client was sent ("sent")."""
+    ("handed") and what the client was sent ("sent"). `django`: the app
+    behind the lean path, when not the stand-in that records its bodies."""
     handed: list[bytes] = []
     sent: list[dict[str, Any]] = []
 
-    async def django(scope: Any, receive: Any, send: Any) -> None:
+    async def stand_in(scope: Any, receive: Any, send: Any) -> None:
         body, more = b"", True
         while more:
             message = await receive()
@@ -30,7 +36,7 @@ def post(
 
     async def main() -> None:
         coalescer = Coalescer(tick_s=0.0)
-        app = heartbeats_first(django, coalescer)
+        app = heartbeats_first(django or stand_in, coalescer)
         size = max(1, -(-len(body) // chunks))
         parts = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
         messages = [
@@ -39,7 +45,12 @@ def post(
         ]
 
         async def receive() -> dict[str, Any]:
-            return messages.pop(0) if messages else {"type": "http.disconnect"}
+            if messages:
+                return messages.pop(0)
+            # The client waits for its answer: Django's handler listens for
+            # a disconnect meanwhile, and would drop the answer on one.
+            await asyncio.Event().wait()
+            return {"type": "http.disconnect"}
 
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
@@ -50,6 +61,11 @@ def post(
             "path": path,
             "method": "POST",
             "headers": headers + length,
+            "query_string": b"",
+            "root_path": "",
+            "scheme": "http",
+            "server": ("testserver", 80),
+            "client": ("127.0.0.1", 40000),
             **scope,
         }
         await app(request, receive, send)

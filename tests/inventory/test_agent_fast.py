@@ -1,5 +1,5 @@
-"""The heartbeat's fast path (the body decoded straight into the Heartbeat
-struct) against the checked path (the body read by the strict reader, then
+"""The heartbeat's fast decode (agent_request.decode: the body decoded
+straight into the Heartbeat struct) against the checked path (the body read by the strict reader, then
 converted into the same struct, every bad field named): they accept and
 refuse alike and produce the same data, and the checked path names a field
 whenever it refuses. The forms a lenient reader would coerce ("12" for 12,
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from llmgw_agent.protocol.errors import field_errors
 from llmgw_agent.protocol.messages import Heartbeat
 
-from llmgw.inventory.api.agent_fast import decode_heartbeat
+from llmgw.inventory.api.agent_request import decode
 from tests.payloads import heartbeat
 
 # Text the protocol takes: no surrounding whitespace, no NUL, no surrogate.
@@ -228,7 +228,7 @@ def checked(payload: dict[str, Any]) -> dict[str, Any] | None:
 )
 @given(payloads())
 def test_the_fast_path_agrees_with_the_checked_path(payload: dict[str, Any]) -> None:
-    fast = decode_heartbeat(json.dumps(payload).encode())
+    fast = decode(json.dumps(payload).encode(), Heartbeat)
     slow = checked(payload)
     if fast is None:
         assert slow is None, "the fast path refused what the checked path takes"
@@ -243,7 +243,7 @@ def test_the_payload_of_the_protocol_takes_the_fast_path() -> None:
         sent_at="2026-11-30T04:00:00Z",
         collectors=[{"name": "cpu", "ok": True, "seconds": 0.001, "error": None}],
     )
-    fast = decode_heartbeat(json.dumps(payload).encode())
+    fast = decode(json.dumps(payload).encode(), Heartbeat)
     assert fast is not None
     assert canonical(fast) == canonical(checked(payload))  # type: ignore[arg-type]
 

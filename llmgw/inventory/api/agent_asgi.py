@@ -4,9 +4,8 @@
 A fleet starting at once joins and registers every node within a minute.
 Through Django each of these cost twice what the join or the registration
 itself does: a new thread per request, the middleware, URL resolution and
-DRF's dispatch. Here the body is read straight from ASGI, checked exactly
-as JoinView and RegisterView check it (the strict reader, then the
-protocol's struct), and the same service is called in a thread of a small
+DRF's dispatch. Here the body is read straight from ASGI by the reader
+JoinView and RegisterView use (agent_request), and the same service is called in a thread of a small
 pool of this process's, entered through sync_to_async as a request is.
 
 Only the plain case is served here. Everything else (a client certificate,
@@ -29,10 +28,9 @@ from typing import Any, TypeVar
 import msgspec
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connection
-from llmgw_agent.protocol.messages import Joined, Message
+from llmgw_agent.protocol.messages import Joined
 
-from llmgw.inventory import credentials, services
-from llmgw.validation import Refused, loads
+from llmgw.inventory import services
 
 Scope = dict[str, Any]
 T = TypeVar("T")
@@ -61,35 +59,6 @@ async def run(work: Callable[..., T], *args: Any) -> T:
             connection.close()
 
     return await sync_to_async(bracketed, thread_sensitive=False, executor=_threads)()
-
-
-def parse(body: bytes, kind: type[Message]) -> dict[str, Any] | None:
-    """The body as the view reads it (llmgw.validation.loads, then the
-    protocol's struct), as plain data; None wherever the view would refuse."""
-    try:
-        raw = loads(body)
-    except Refused:
-        return None
-    if not isinstance(raw, dict):
-        return None
-    try:
-        data: dict[str, Any] = msgspec.to_builtins(msgspec.convert(raw, kind))
-    except msgspec.ValidationError:
-        return None
-    return data
-
-
-def credential_of(scope: Scope) -> tuple[str, tuple[str, str]] | None:
-    """The node credential of a request that came without a client
-    certificate (which Django's authentication decides), and its (name,
-    secret); None for anything else."""
-    tls = (scope.get("extensions") or {}).get("tls") or {}
-    if tls.get("client_cert_chain"):
-        return None
-    headers = dict(scope.get("headers") or [])
-    scheme, _, credential = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-    parts = credentials.split_credential(credential) if scheme == "Node" else None
-    return None if parts is None else (credential, parts)
 
 
 def peer_address(scope: Scope) -> str | None:

@@ -10,9 +10,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from llmgw.inventory import node_certificates
-from llmgw.inventory.api.agent_fast import json_schema
 from llmgw.inventory.api.agent_views import AgentView
 from llmgw.inventory.api.auth import NodeCertificateAuthentication
+from llmgw.inventory.api.openapi import json_schema
 from llmgw.inventory.services import InventoryError
 
 
@@ -31,9 +31,9 @@ class RenewView(AgentView):
     def post(self, request: Request) -> Response:
         from llmgw.accounts import ca  # cryptography, for this endpoint alone
 
-        data, refusal = self.parse(request)
-        if refusal:
-            return refusal
+        data = self.parse(request)
+        if isinstance(data, Response):
+            return data
         try:
             cert = node_certificates.renew(request.auth, data["csr"])
         except (ca.CAError, InventoryError) as exc:

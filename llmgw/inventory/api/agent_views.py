@@ -7,12 +7,8 @@ import ipaddress
 from typing import Any
 
 import msgspec
-from django.conf import settings
-from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
-from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema
-from llmgw_agent.protocol.errors import field_errors
 from llmgw_agent.protocol.messages import Answer, Heartbeat, Join, Joined, Message, Registration
 from rest_framework import status
 from rest_framework.permissions import AllowAny, BasePermission
@@ -20,14 +16,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from llmgw.inventory import credentials, heartbeats, services
-from llmgw.inventory.api.agent_fast import decode_heartbeat, json_schema
+from llmgw.inventory import heartbeats, services
+from llmgw.inventory.api import agent_request
 from llmgw.inventory.api.auth import NodeCertificateAuthentication, NodeCredentialAuthentication
+from llmgw.inventory.api.openapi import json_schema
 from llmgw.inventory.models import Node
-from llmgw.validation import Refused, loads
 
 
-class IsNode(BasePermission):
+class IsNode(BasePermission):  # type: ignore[misc]  # DRF ships no types
     def has_permission(self, request: Request, view: Any) -> bool:
         return isinstance(request.auth, Node)
 
@@ -36,45 +32,39 @@ def _errors(errors: dict[str, list[str]], code: int = status.HTTP_400_BAD_REQUES
     return Response({"errors": errors}, status=code)
 
 
-class AgentView(APIView):
+class AgentView(APIView):  # type: ignore[misc]  # DRF ships no types
     # The certificate first: a connection that came with one is its node.
     authentication_classes = [NodeCertificateAuthentication, NodeCredentialAuthentication]
     permission_classes = [IsNode]
     message: type[Message] = Message
 
-    def parse(self, request: Request) -> tuple[dict[str, Any] | None, Response | None]:
-        # Read the raw body ourselves: the size limit must bite before JSON
-        # parsing, and a syntax error must name the line like any other field.
+    def parse(self, request: Request) -> dict[str, Any] | Response:
+        """The body as the view's message, or the response refusing it."""
+        # The raw body, read by the agent reader (agent_request): the size
+        # limit bites before any JSON is parsed, and a syntax error names
+        # the line like any other field.
         body = request._request.body
-        if len(body) > settings.AGENT_MAX_PAYLOAD_BYTES:
-            return None, _errors(
-                {
-                    "payload": [
-                        f"{len(body)} bytes is over the limit of {settings.AGENT_MAX_PAYLOAD_BYTES}"
-                    ]
-                },
-                status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-            )
-        try:
-            # The whole body, unknown fields too, before any field: NUL,
-            # surrogates, non-finite numbers and deep nesting are refused
-            # here by path, so nothing the database would refuse reaches it.
-            raw = loads(body)
-        except Refused as refused:
-            return None, _errors(refused.errors)
-        if not isinstance(raw, dict):
-            return None, _errors({"payload": ["expected a JSON object"]})
-        try:
-            data: dict[str, Any] = msgspec.to_builtins(msgspec.convert(raw, self.message))
-        except msgspec.ValidationError:
-            return None, _errors(field_errors(raw, self.message))
-        if data["node"] != request.auth.name:
+        too_large = agent_request.over_limit(len(body))
+        if too_large is not None:
+            return _errors({"payload": [too_large]}, status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        data, errors = agent_request.read(body, self.message)
+        if data is None:
+            return _errors(errors)
+        # A join has no node yet: its token is checked by the service.
+        if isinstance(request.auth, Node) and data["node"] != request.auth.name:
             services.refuse_impersonation(request.auth, data["node"], request.path)
-            return None, Response(
+            return Response(
                 {"errors": {"node": [f"this {_proof(request)} belongs to {request.auth.name}"]}},
                 status=status.HTTP_403_FORBIDDEN,
             )
-        return data, None
+        return data
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        response[agent_request.SERVED_BY] = "django"
+        return response
 
 
 def _proof(request: Request) -> str:
@@ -101,9 +91,9 @@ class RegisterView(AgentView):
         responses={200: json_schema(Answer)},
     )
     def post(self, request: Request) -> Response:
-        data, refusal = self.parse(request)
-        if refusal:
-            return refusal
+        data = self.parse(request)
+        if isinstance(data, Response):
+            return data
         node = services.register(request.auth, data, peer_address(request))
         return Response({"node": node.name, "state": services.effective_state(node)})
 
@@ -116,65 +106,10 @@ class HeartbeatView(AgentView):
         responses={200: json_schema(Answer)},
     )
     def post(self, request: Request) -> Response:
-        data, refusal = self.parse(request)
-        if refusal:
-            return refusal
+        data = self.parse(request)
+        if isinstance(data, Response):
+            return data
         return Response(heartbeats.heartbeat(request.auth, data))
-
-
-_checked_view = HeartbeatView.as_view()
-_encode = msgspec.json.Encoder().encode
-
-
-@csrf_exempt
-def heartbeat(request: HttpRequest) -> HttpResponse:
-    """The heartbeat, the commonest request there is (10,000 nodes every
-    10 s is 1,000 a second), served without DRF when it can be: a valid
-    heartbeat with its own node's credential is decoded by msgspec and
-    authenticated and stored by one UPDATE. Anything else (another method, no
-    or a wrong credential, an oversized, malformed or invalid payload,
-    another node's name) goes to HeartbeatView, which answers exactly as it
-    always has: 401, 413, 400 naming every bad field, 403 and an audit
-    record. Nothing is written before that hand-over."""
-    answer = _fast_heartbeat(request) if request.method == "POST" else None
-    if answer is None:
-        return _checked_view(request)
-    response = HttpResponse(_encode(answer), content_type="application/json")
-    # What a DRF Response carries, so the two paths are indistinguishable.
-    response["Vary"] = "Accept"
-    response["Allow"] = "POST, OPTIONS"
-    return response
-
-
-# The OpenAPI schema (drf-spectacular) documents an APIView-made callback:
-# the endpoint is HeartbeatView's, whichever path answers.
-heartbeat.cls = HeartbeatView  # type: ignore[attr-defined]
-heartbeat.initkwargs = {}  # type: ignore[attr-defined]
-
-
-def _fast_heartbeat(request: HttpRequest) -> dict[str, Any] | None:
-    scheme, _, credential = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
-    if scheme != NodeCredentialAuthentication.keyword:
-        return None
-    parts = credentials.split_credential(credential)
-    if parts is None:
-        return None
-    # Read the body only when it is within the limit: reading an oversized
-    # one can raise before the credential is checked, and the answer to a
-    # stranger is 401 whatever it sent.
-    try:
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        return None
-    if declared > settings.AGENT_MAX_PAYLOAD_BYTES:
-        return None
-    body = request.body
-    if len(body) > settings.AGENT_MAX_PAYLOAD_BYTES:
-        return None
-    data = decode_heartbeat(body)
-    if data is None or data["node"] != parts[0]:
-        return None
-    return heartbeats.heartbeat_with_credential(parts[0], parts[1], data)
 
 
 class JoinView(AgentView):
@@ -187,24 +122,17 @@ class JoinView(AgentView):
         responses={200: json_schema(Joined)},
     )
     def post(self, request: Request) -> Response:
-        body = request._request.body
+        data = self.parse(request)
+        if isinstance(data, Response):
+            return data
         try:
-            raw = loads(body)
-        except Refused as refused:
-            return _errors(refused.errors)
-        raw = raw if isinstance(raw, dict) else {}
-        try:
-            join = msgspec.convert(raw, Join)
-        except msgspec.ValidationError:
-            return _errors(field_errors(raw, Join))
-        try:
-            credential = services.join(join.node, join.token)
+            credential = services.join(data["node"], data["token"])
         except services.InventoryError as exc:
             return Response({"errors": {"token": [str(exc)]}}, status=status.HTTP_403_FORBIDDEN)
-        return Response(msgspec.to_builtins(Joined(node=join.node, credential=credential)))
+        return Response(msgspec.to_builtins(Joined(node=data["node"], credential=credential)))
 
 
-class RecordView(APIView):
+class RecordView(APIView):  # type: ignore[misc]  # DRF ships no types
     """What the control plane recorded for the calling node, for `llmgw doctor`.
 
     Node-scoped: the credential says which node, so a node reads only its own record; a

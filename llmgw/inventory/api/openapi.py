@@ -1,38 +1,12 @@
-"""The heartbeat's fast path: the body decoded straight into the protocol's
-Heartbeat struct, parsed and checked in one pass with nothing built per
-request.
-
-It only ever answers "valid, and here is the data" or "not sure". Every
-"not sure" goes to HeartbeatView, which reads the body with the strict
-reader first (llmgw.validation.loads refuses NUL, lone surrogates,
-non-finite numbers and deep nesting anywhere, unknown fields too, naming
-them) and then names every bad field against the same structs. msgspec
-refuses the surrogates and non-finite numbers it decodes, a NUL is handed
-over below, and a body too deep for msgspec is handed over too.
-"""
+"""The OpenAPI schema of the agent API's bodies, made from the protocol's
+structs: the struct is the one definition of a body and its rules,
+whichever path serves it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import msgspec
-from llmgw_agent.protocol.messages import Heartbeat
-
-_decoder = msgspec.json.Decoder(Heartbeat)
-
-
-def decode_heartbeat(body: bytes) -> dict[str, Any] | None:
-    """The heartbeat as plain data, as the services take it; None when the
-    checked path must decide."""
-    # JSON can only spell a NUL as an escape. A false alarm (an escaped
-    # backslash before "u0000") costs only the slower path.
-    if b"\\u0000" in body:
-        return None
-    try:
-        data: dict[str, Any] = msgspec.to_builtins(_decoder.decode(body))
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return None
-    return data
 
 
 def json_schema(kind: Any) -> dict[str, Any]:
@@ -65,4 +39,5 @@ def json_schema(kind: Any) -> dict[str, Any]:
             node["nullable"] = True
         return node
 
-    return inline(schema)
+    inlined: dict[str, Any] = inline(schema)
+    return inlined
