@@ -26,7 +26,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import lru_cache, partial
+from operator import attrgetter
 
 from llmgw.units import format_bytes_pair
 
@@ -186,53 +187,89 @@ class GpuClass(Rule):
         return None
 
 
-class MemoryClaimed(Rule):
-    code = Reason.MEMORY_CLAIMED
+class Counted(Rule):
+    """A count the node has free and a shard claims (memory, cores): None
+    free is a node that did not report its total, which stays a candidate
+    (an old agent is not a small machine); a profile that wants none
+    claims nothing and is refused nothing."""
+
     static = False
-    profile_fields = ("memory_gb",)
-    node_fields = ("memory_total_bytes", "claimed_memory_bytes")
+
+    def __init__(
+        self,
+        code: ReasonCode,
+        wants: tuple[str, str],
+        reads: tuple[str, ...],
+        free: str,
+        message: Callable[[NodeState, int, int], str],
+    ) -> None:
+        self.code = code
+        # The profile's field an operator writes, and what it wants in units.
+        self.profile_fields = (wants[0],)
+        self.node_fields = reads
+        self.want = attrgetter(wants[1])
+        # The NodeState attribute holding what is free; the Shard's claim on
+        # it is named as the profile's wanted amount is.
+        self.free = free
+        self.free_of = attrgetter(free)
+        self.claim = attrgetter(wants[1])
+        self.message = message
 
     def applies(self, p: Profile) -> bool:
-        return bool(p.memory_gb)
+        return bool(self.want(p))
 
     def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
-        # Zero is nobody said and claims nothing; None free is an unreported total.
-        free = n.free_mem
-        return free is None or free >= p.memory_bytes
+        free: int | None = self.free_of(n)
+        return free is None or free >= self.want(p)
 
     def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
-        want = p.memory_bytes
-        if want and n.free_mem is not None and n.free_mem < want:
-            v = n.view
-            text = memory_text(v.memory_total_bytes or 0, n.free_mem, v.claimed_memory_bytes, want)
-            return self.code, f"{v.name} {text}"
+        want: int = self.want(p)
+        free: int | None = self.free_of(n)
+        if want and free is not None and free < want:
+            return self.code, f"{n.view.name} {self.message(n, free, want)}"
         return None
 
     def reserve(self, n: NodeState, shard: Shard) -> None:
-        if n.free_mem is not None:
-            n.free_mem -= shard.memory_bytes
+        free: int | None = self.free_of(n)
+        if free is not None:
+            setattr(n, self.free, free - self.claim(shard))
 
 
-class Cores(Rule):
-    code = Reason.CORES
-    static = False
-    profile_fields = ("cpu_cores",)
-    node_fields = ("cpus", "claimed_cores")
+def memory_message(n: NodeState, free: int, want: int) -> str:
+    v = n.view
+    return memory_text(v.memory_total_bytes or 0, free, v.claimed_memory_bytes, want)
 
-    def applies(self, p: Profile) -> bool:
-        return bool(p.cpu_cores)
 
-    def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
-        # A node that reports no CPU count cannot have cores counted against it.
-        free = n.free_cores
-        return free is None or free >= p.cpu_cores
+def cores_message(n: NodeState, free: int, want: int) -> str:
+    v = n.view
+    cpus = v.cpus or 0
+    reserved = cpus - free
+    if not reserved:
+        return f"has {plural(cpus, 'CPU core')}, none reserved, needs {want}"
+    real, planned = v.claimed_cores, reserved - v.claimed_cores
+    return (
+        f"has {plural(max(free, 0), 'CPU core')} unreserved "
+        f"({cpus} less {reserved} reserved{split(str(real), str(planned), real, planned)}), "
+        f"needs {want}"
+    )
 
-    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
-        return cores_refusal(n, p)
 
-    def reserve(self, n: NodeState, shard: Shard) -> None:
-        if n.free_cores is not None:
-            n.free_cores -= shard.cpu_cores
+MemoryClaimed = partial(
+    Counted,
+    Reason.MEMORY_CLAIMED,
+    ("memory_gb", "memory_bytes"),
+    ("memory_total_bytes", "claimed_memory_bytes"),
+    "free_mem",
+    memory_message,
+)
+Cores = partial(
+    Counted,
+    Reason.CORES,
+    ("cpu_cores", "cpu_cores"),
+    ("cpus", "claimed_cores"),
+    "free_cores",
+    cores_message,
+)
 
 
 class FreeGpus(Rule):
@@ -526,27 +563,6 @@ def memory_text(total: int, free_mem: int, real: int, want: int) -> str:
         f"has {free} of memory unclaimed ({of} less {less} claimed"
         f"{split(*sizes(real, planned), real, planned)}), needs {needs}"
     )
-
-
-def cores_refusal(n: NodeState, p: Profile) -> Refusal | None:
-    want = p.cpu_cores
-    if want and n.free_cores is not None and n.free_cores < want:
-        v = n.view
-        cpus = v.cpus or 0
-        reserved = cpus - n.free_cores
-        if not reserved:
-            return (
-                Reason.CORES,
-                f"{v.name} has {plural(cpus, 'CPU core')}, none reserved, needs {want}",
-            )
-        real, planned = v.claimed_cores, reserved - v.claimed_cores
-        return (
-            Reason.CORES,
-            f"{v.name} has {plural(max(n.free_cores, 0), 'CPU core')} unreserved "
-            f"({cpus} less {reserved} reserved{split(str(real), str(planned), real, planned)}), "
-            f"needs {want}",
-        )
-    return None
 
 
 def pick_gpus(n: NodeState, p: Profile) -> tuple[int, ...] | None:
