@@ -58,7 +58,7 @@ READ_ONLY = [
 ]
 
 
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyInline(admin.TabularInline):  # type: ignore[misc]  # Django ships no types
     extra = 0
     can_delete = False
 
@@ -69,7 +69,7 @@ class ReadOnlyInline(admin.TabularInline):
         return False
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django ships no types
     """Shown, never added, edited or deleted here: an agent or the control
     plane owns the rows, and an edit would be overwritten by the next report
     or reconcile, or would leave derived state that no longer adds up."""
@@ -101,7 +101,7 @@ class FilesystemInline(ReadOnlyInline):
     model = Filesystem
 
 
-class NodeForm(forms.ModelForm):
+class NodeForm(forms.ModelForm):  # type: ignore[misc]  # Django ships no types
     class Meta:
         model = Node
         fields = OPERATOR_FIELDS
@@ -113,11 +113,12 @@ class NodeForm(forms.ModelForm):
             self.add_error("cordon_reason", "a cordon needs a reason")
         if not isinstance(data.get("operator_labels", {}), dict):
             self.add_error("operator_labels", "labels are an object of key: value")
-        return data
+        cleaned: dict[str, Any] = data
+        return cleaned
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django ships no types
     form = NodeForm
     list_display = [
         "name",

@@ -1,7 +1,7 @@
 from django.apps import AppConfig
 
 
-class InventoryConfig(AppConfig):
+class InventoryConfig(AppConfig):  # type: ignore[misc]  # Django ships no types
     name = "llmgw.inventory"
     label = "inventory"
     verbose_name = "Inventory"

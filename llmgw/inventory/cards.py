@@ -75,7 +75,7 @@ class CardView:
         age = self.wear_age_s(now)
         if age is None:
             return None
-        return age > 2 * settings.MEASUREMENT_MAX_AGE_S
+        return bool(age > 2 * settings.MEASUREMENT_MAX_AGE_S)
 
 
 def card_view(gpu: Gpu | SimpleNamespace, node: Node) -> CardView:

@@ -4,9 +4,9 @@ Models, services and the gateway all read these, so "NotReady" is spelled
 one way everywhere.
 """
 
-from django.db import models
+from llmgw.choices import TextChoices
 
 
-class NodeState(models.TextChoices):
+class NodeState(TextChoices):
     READY = "Ready", "Ready"
     NOT_READY = "NotReady", "NotReady"

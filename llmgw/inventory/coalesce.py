@@ -136,7 +136,9 @@ class Coalescer:
         """Up to max_batch heartbeats, one per node: a node's second
         heartbeat in one tick waits for the next (one statement cannot
         update a row twice)."""
-        batch, later, names = [], [], set()
+        batch: list[tuple[heartbeats.Incoming, asyncio.Future[Answer]]] = []
+        later: list[tuple[heartbeats.Incoming, asyncio.Future[Answer]]] = []
+        names: set[str] = set()
         for item in self._waiting:
             name = item[0][0]
             if name in names or len(batch) >= self.max_batch:

@@ -60,7 +60,7 @@ def send(
     timeout_s: int = 120,
 ) -> AgentCommand:
     with transaction.atomic():
-        command = AgentCommand.objects.create(
+        command: AgentCommand = AgentCommand.objects.create(
             node=node, kind=kind, args=args or {}, requested_by=actor, timeout_s=timeout_s
         )
         transaction.on_commit(lambda: _wake(node.pk))
@@ -100,13 +100,14 @@ def holds(node_id: int, credential_hash: str) -> bool:
     stream opened with."""
     if credential_hash.startswith(CERT_HELD):
         name = Node.objects.filter(pk=node_id, revoked_at=None).values_list("name", flat=True)
-        return NodeCertificate.objects.filter(
+        held: bool = NodeCertificate.objects.filter(
             serial=credential_hash[len(CERT_HELD) :],
             node_name__in=name,
             revoked_at=None,
             not_after__gt=timezone.now(),
         ).exists()
-    return bool(credential_hash) and (
+        return held
+    return bool(credential_hash) and bool(
         Node.objects.filter(pk=node_id, credential_hash=credential_hash, revoked_at=None).exists()
     )
 
@@ -211,7 +212,7 @@ def finish(node_id: int, result: dict[str, Any], held: str | None = None) -> Age
     if not updated:
         log.warning("node %s answered command %s, which is not its own or not waiting", node_id, pk)
         return None
-    command = AgentCommand.objects.select_related("node").get(pk=pk)
+    command: AgentCommand = AgentCommand.objects.select_related("node").get(pk=pk)
     _finished(command)
     return command
 

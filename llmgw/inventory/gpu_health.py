@@ -94,9 +94,9 @@ def card_problem(fabric: dict[str, Any] | None) -> str:
 
 
 def degraded(fabric: dict[str, Any] | None) -> bool:
-    return bool(fabric) and (
-        fabric.get("bandwidth") == "degraded" or fabric.get("health") == "limited_capacity"
-    )
+    if not fabric:
+        return False
+    return fabric.get("bandwidth") == "degraded" or fabric.get("health") == "limited_capacity"
 
 
 # The columns of a Gpu row that card_state fills.

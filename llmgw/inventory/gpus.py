@@ -7,6 +7,7 @@ lock, so a reader never finds the state behind the report."""
 from __future__ import annotations
 
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from django.db import connection
@@ -187,7 +188,7 @@ def store_health(node: Node, data: dict[str, Any], now: datetime) -> dict[str, A
     return {**{k: data[k] for k in NODE_HEALTH if k in data}, "wear_changed_at": now}
 
 
-def wear_reported_at(gpu: Gpu, node: Node) -> datetime | None:
+def wear_reported_at(gpu: Gpu | SimpleNamespace, node: Node) -> datetime | None:
     """When the node last reported this card's wear; None if it never did.
 
     Reports that change nothing touch no Gpu row, only the node's
@@ -195,7 +196,8 @@ def wear_reported_at(gpu: Gpu, node: Node) -> datetime | None:
     did change something (else their digest would differ), so a card that
     report had is current as of wear_reported_at; a card it left out has
     not been reported since its own health_reported_at."""
-    at = gpu.health_reported_at
-    if at is None or node.wear_changed_at is None or node.wear_reported_at is None:
+    at: datetime | None = gpu.health_reported_at
+    reported: datetime | None = node.wear_reported_at
+    if at is None or node.wear_changed_at is None or reported is None:
         return at
-    return max(at, node.wear_reported_at) if at >= node.wear_changed_at else at
+    return max(at, reported) if at >= node.wear_changed_at else at

@@ -28,7 +28,7 @@ AGENT_OWNED_FIELDS = (
 )
 
 
-class Node(models.Model):
+class Node(models.Model):  # type: ignore[misc]  # Django ships no types
     name = models.CharField(max_length=253, unique=True)
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.NOT_READY)
     simulated = models.BooleanField(default=False)
@@ -143,7 +143,7 @@ class Node(models.Model):
         ordering = ["name"]
 
     def __str__(self) -> str:
-        return self.name
+        return str(self.name)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -155,7 +155,7 @@ class Node(models.Model):
         return list(self.cpu_flags or [])
 
 
-class Filesystem(models.Model):
+class Filesystem(models.Model):  # type: ignore[misc]  # Django ships no types
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="filesystems")
     mount = models.CharField(max_length=1024)
     device = models.CharField(max_length=1024, blank=True, default="")
@@ -174,7 +174,7 @@ class Filesystem(models.Model):
         return f"{self.node.name}:{self.mount}"
 
 
-class Gpu(models.Model):
+class Gpu(models.Model):  # type: ignore[misc]  # Django ships no types
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField()
     uuid = models.CharField(max_length=64)
@@ -220,7 +220,7 @@ class Gpu(models.Model):
         return not self.unhealthy_reason
 
 
-class ModelHolding(models.Model):
+class ModelHolding(models.Model):  # type: ignore[misc]  # Django ships no types
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="holdings")
     model_name = models.CharField(max_length=255)
     path = models.CharField(max_length=1024)
@@ -233,7 +233,7 @@ class ModelHolding(models.Model):
         return f"{self.model_name}@{self.node.name}"
 
 
-class AuditEvent(models.Model):
+class AuditEvent(models.Model):  # type: ignore[misc]  # Django ships no types
     """Who did what to a node, and refused agent requests worth a look."""
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -249,14 +249,14 @@ class AuditEvent(models.Model):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} {self.node_name}"
 
 
-class CommandState(models.TextChoices):
+class CommandState(models.TextChoices):  # type: ignore[misc]  # Django ships no types
     PENDING = "pending", "pending"
     SENT = "sent", "sent"
     DONE = "done", "done"
     FAILED = "failed", "failed"
 
 
-class AgentCommand(models.Model):
+class AgentCommand(models.Model):  # type: ignore[misc]  # Django ships no types
     """A request for an agent to run something and send back what it saw,
     carried over the agent's own stream: the control plane never opens a
     connection into a node, and nobody needs SSH to one."""
@@ -283,7 +283,7 @@ class AgentCommand(models.Model):
         return f"{self.kind}@{self.node.name}#{self.pk}"
 
 
-class StalenessPass(models.Model):
+class StalenessPass(models.Model):  # type: ignore[misc]  # Django ships no types
     """When the staleness check last ran (one row): the periodic schedule
     is alive. Whether a node is stale is llmgw.inventory.readiness's to
     say, from Hearing."""
@@ -291,7 +291,7 @@ class StalenessPass(models.Model):
     last_pass_at = models.DateTimeField()
 
 
-class Hearing(models.Model):
+class Hearing(models.Model):  # type: ignore[misc]  # Django ships no types
     """When the control plane could hear its fleet (one row): each web
     process, which is where heartbeats come in, writes `heard_at` every
     few seconds while its database answers; a write after a gap (the

@@ -17,8 +17,7 @@ import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
-
+from llmgw.database.atomic import atomic
 from llmgw.inventory import commands
 from llmgw.inventory.models import AuditEvent, Node
 from llmgw.inventory.services import NODE_NAME, InventoryError
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("llmgw.inventory")
 
 
-@transaction.atomic
+@atomic
 def add_node(
     name: str, actor: str, public_key: NodeKey, valid_for: timedelta | None = None
 ) -> x509.Certificate:
@@ -96,7 +95,7 @@ def authenticate(pem: str) -> tuple[Node | None, str]:
     return node, ""
 
 
-@transaction.atomic
+@atomic
 def renew(node: Node, csr_pem: str) -> x509.Certificate:
     """A fresh certificate for the key of `csr_pem`, for the node whose
     certificate asked: the request's own subject is never read."""

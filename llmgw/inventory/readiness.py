@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Q
 
+from llmgw.database.atomic import atomic
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import Hearing as HearingRow
 from llmgw.inventory.models import Node
@@ -170,7 +170,7 @@ def last_known() -> Hearing:
 # --- writing it -------------------------------------------------------------
 
 
-@transaction.atomic
+@atomic
 def heard(now: datetime) -> Hearing:
     """This web process can hear the fleet at `now`."""
     global _latest

@@ -16,6 +16,7 @@ from llmgw_agent.protocol.bounds import NAME
 
 from llmgw import events
 from llmgw.accounts import certificates, hashing
+from llmgw.database.atomic import atomic
 from llmgw.inventory import commands, credentials, gpus, readiness, sections
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import (
@@ -64,7 +65,7 @@ def _name_refusal(name: str) -> str | None:
     return None
 
 
-@transaction.atomic
+@atomic
 def add_node(name: str, actor: str) -> str:
     """Create (or re-open) a node and return its one-time join token."""
     refusal = _name_refusal(name)
@@ -132,7 +133,7 @@ def join(name: str, token: str) -> str:
     return credential
 
 
-@transaction.atomic
+@atomic
 def revoke_node(name: str, actor: str) -> None:
     node = _locked(name)
     Node.objects.filter(pk=node.pk).update(
@@ -153,7 +154,7 @@ def authenticate(credential: str) -> Node | None:
     try:
         # get(), not first(): the name is unique, and first()'s ORDER BY
         # was most of what building this query cost, on every registration.
-        node = Node.objects.get(name=name)
+        node: Node = Node.objects.get(name=name)
     except Node.DoesNotExist:
         return None
     if node.revoked_at or not credentials.matches(secret, node.credential_hash):
@@ -185,7 +186,7 @@ _REGISTERED = (
 )
 
 
-@transaction.atomic
+@atomic
 def register(node: Node, data: dict[str, Any], address: str | None) -> Node:
     """Store what the agent says the node is, and `address`, where the
     registration came from (None: not an IP address, so unknown). Cordons and
@@ -220,7 +221,7 @@ def register(node: Node, data: dict[str, Any], address: str | None) -> Node:
 # --- operators --------------------------------------------------------------
 
 
-@transaction.atomic
+@atomic
 def cordon(name: str, reason: str, actor: str) -> Node:
     if not reason.strip():
         raise InventoryError("a cordon needs a reason: the next operator will ask why")
@@ -233,7 +234,7 @@ def cordon(name: str, reason: str, actor: str) -> Node:
     return node
 
 
-@transaction.atomic
+@atomic
 def uncordon(name: str, actor: str, reason: str = "") -> Node:
     node = _locked(name)
     node.cordoned, node.cordon_reason, node.cordoned_by, node.cordoned_at = False, "", "", None
@@ -243,7 +244,7 @@ def uncordon(name: str, actor: str, reason: str = "") -> Node:
     return node
 
 
-@transaction.atomic
+@atomic
 def set_labels(name: str, labels: dict[str, str | None], actor: str) -> Node:
     """Operator labels; a None value removes the operator's label (the
     agent's, if any, shows through again)."""
@@ -263,7 +264,8 @@ def set_labels(name: str, labels: dict[str, str | None], actor: str) -> Node:
 
 def _locked(name: str) -> Node:
     try:
-        return Node.objects.select_for_update().get(name=name)
+        node: Node = Node.objects.select_for_update().get(name=name)
+        return node
     except Node.DoesNotExist:
         raise InventoryError(f"no node named {name}") from None
 

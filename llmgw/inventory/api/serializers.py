@@ -14,13 +14,13 @@ from llmgw.inventory import services
 from llmgw.inventory.models import SYSTEM_TEXT_FIELDS, Filesystem, Gpu, ModelHolding, Node
 
 
-class FilesystemSerializer(serializers.ModelSerializer):
+class FilesystemSerializer(serializers.ModelSerializer):  # type: ignore[misc]  # DRF ships no types
     class Meta:
         model = Filesystem
         fields = ["mount", "device", "fstype", "shared", "free_bytes", "total_bytes", "dirs"]
 
 
-class GpuSerializer(serializers.ModelSerializer):
+class GpuSerializer(serializers.ModelSerializer):  # type: ignore[misc]  # DRF ships no types
     healthy = serializers.BooleanField(read_only=True)
     unhealthy_reason = serializers.CharField(read_only=True)
 
@@ -39,7 +39,7 @@ class GpuSerializer(serializers.ModelSerializer):
         ]
 
 
-class HoldingSerializer(serializers.ModelSerializer):
+class HoldingSerializer(serializers.ModelSerializer):  # type: ignore[misc]  # DRF ships no types
     class Meta:
         model = ModelHolding
         fields = ["model_name", "path", "shared"]
@@ -55,7 +55,7 @@ def _disk(filesystems: list[Filesystem], shared: bool) -> dict[str, int] | None:
     }
 
 
-class NodeSerializer(serializers.ModelSerializer):
+class NodeSerializer(serializers.ModelSerializer):  # type: ignore[misc]  # DRF ships no types
     state = serializers.SerializerMethodField()
     labels = serializers.DictField(child=serializers.CharField(), read_only=True)
     filesystems = FilesystemSerializer(many=True, read_only=True)
@@ -132,13 +132,15 @@ class NodeSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.DictField(allow_null=True))
     def get_disk_local(self, node: Node) -> dict[str, int] | None:
         if "disks" in self.context:
-            return self.context["disks"].get((node.pk, False))
+            local: dict[str, int] | None = self.context["disks"].get((node.pk, False))
+            return local
         return _disk(list(node.filesystems.all()), shared=False)
 
     @extend_schema_field(serializers.DictField(allow_null=True))
     def get_disk_shared(self, node: Node) -> dict[str, int] | None:
         if "disks" in self.context:
-            return self.context["disks"].get((node.pk, True))
+            shared: dict[str, int] | None = self.context["disks"].get((node.pk, True))
+            return shared
         return _disk(list(node.filesystems.all()), shared=True)
 
     @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
@@ -157,7 +159,7 @@ class NodeSerializer(serializers.ModelSerializer):
         if node.measured_at is None:
             return False
         now = self.context.get("now") or timezone.now()
-        return (now - node.measured_at).total_seconds() <= settings.MEASUREMENT_MAX_AGE_S
+        return bool((now - node.measured_at).total_seconds() <= settings.MEASUREMENT_MAX_AGE_S)
 
     def to_representation(self, instance: Node) -> dict[str, Any]:
         return _unset_is_null(super().to_representation(instance))
@@ -191,7 +193,7 @@ def _unset_is_null(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-class NodePageSerializer(serializers.Serializer):
+class NodePageSerializer(serializers.Serializer):  # type: ignore[misc]  # DRF ships no types
     """One page of the node list (the schema of its answer)."""
 
     count = serializers.IntegerField(help_text="nodes the filters pick, on every page")
@@ -200,7 +202,7 @@ class NodePageSerializer(serializers.Serializer):
     results = NodeSerializer(many=True)
 
 
-class GpuClassCountSerializer(serializers.Serializer):
+class GpuClassCountSerializer(serializers.Serializer):  # type: ignore[misc]  # DRF ships no types
     gpu_class = serializers.CharField(allow_null=True)
     count = serializers.IntegerField()
     ready = serializers.IntegerField(help_text="of count, on Ready nodes")
@@ -209,12 +211,12 @@ class GpuClassCountSerializer(serializers.Serializer):
     nodes = serializers.IntegerField()
 
 
-class WeightsCountSerializer(serializers.Serializer):
+class WeightsCountSerializer(serializers.Serializer):  # type: ignore[misc]  # DRF ships no types
     model = serializers.CharField()
     nodes = serializers.IntegerField()
 
 
-class SummarySerializer(serializers.Serializer):
+class SummarySerializer(serializers.Serializer):  # type: ignore[misc]  # DRF ships no types
     """The fleet in numbers (the schema of /api/v1/nodes/summary)."""
 
     nodes = serializers.IntegerField()
@@ -229,9 +231,9 @@ class SummarySerializer(serializers.Serializer):
     weights = WeightsCountSerializer(many=True)
 
 
-class CordonSerializer(serializers.Serializer):
+class CordonSerializer(serializers.Serializer):  # type: ignore[misc]  # DRF ships no types
     reason = serializers.CharField(max_length=500, allow_blank=True, required=False, default="")
 
 
-class LabelsSerializer(serializers.Serializer):
+class LabelsSerializer(serializers.Serializer):  # type: ignore[misc]  # DRF ships no types
     labels = serializers.DictField(child=serializers.CharField(max_length=253, allow_null=True))

@@ -59,14 +59,15 @@ def _link(request: Request, offset: int | None) -> str | None:
     if offset is None:
         return None
     url = request.build_absolute_uri()
-    return (
+    link: str = (
         remove_query_param(url, "offset")
         if offset == 0
         else replace_query_param(url, "offset", offset)
     )
+    return link
 
 
-class NodeViewSet(ActionRoles, viewsets.ReadOnlyModelViewSet):
+class NodeViewSet(ActionRoles, viewsets.ReadOnlyModelViewSet):  # type: ignore[misc]  # DRF ships no types
     serializer_class = NodeSerializer
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
@@ -101,7 +102,7 @@ class NodeViewSet(ActionRoles, viewsets.ReadOnlyModelViewSet):
         )
 
     @extend_schema(parameters=FILTERS, responses=SummarySerializer)
-    @action(detail=False, methods=["get"])
+    @action(detail=False, methods=["get"])  # type: ignore[untyped-decorator]  # DRF ships no types
     def summary(self, request: Request) -> Response:
         """The fleet (or the nodes the filters pick) in a few numbers."""
         now = timezone.now()
@@ -122,7 +123,7 @@ class NodeViewSet(ActionRoles, viewsets.ReadOnlyModelViewSet):
         return Response(self.get_serializer(node).data)
 
     @extend_schema(request=CordonSerializer, responses=NodeSerializer)
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"])  # type: ignore[untyped-decorator]  # DRF ships no types
     def cordon(self, request: Request, name: str) -> Response:
         body = CordonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -132,7 +133,7 @@ class NodeViewSet(ActionRoles, viewsets.ReadOnlyModelViewSet):
         )
 
     @extend_schema(request=CordonSerializer, responses=NodeSerializer)
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"])  # type: ignore[untyped-decorator]  # DRF ships no types
     def uncordon(self, request: Request, name: str) -> Response:
         body = CordonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -142,7 +143,7 @@ class NodeViewSet(ActionRoles, viewsets.ReadOnlyModelViewSet):
         )
 
     @extend_schema(request=LabelsSerializer, responses=NodeSerializer)
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"])  # type: ignore[untyped-decorator]  # DRF ships no types
     def labels(self, request: Request, name: str) -> Response:
         body = LabelsSerializer(data=request.data)
         body.is_valid(raise_exception=True)

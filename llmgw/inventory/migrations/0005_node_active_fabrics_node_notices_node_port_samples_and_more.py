@@ -3,7 +3,7 @@
 from django.db import migrations, models
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no types
     dependencies = [
         ("inventory", "0004_gpu_telemetry"),
     ]

@@ -3,7 +3,7 @@
 from django.db import migrations, models
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no types
     dependencies = [
         ("inventory", "0005_node_active_fabrics_node_notices_node_port_samples_and_more"),
     ]

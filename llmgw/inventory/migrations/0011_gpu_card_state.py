@@ -1,9 +1,11 @@
+from django.apps.registry import Apps
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 from llmgw.inventory.gpu_health import CARD_STATE, card_state
 
 
-def work_out_card_state(apps, schema_editor):
+def work_out_card_state(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     # The same function the heartbeat runs, so a card stored before the
     # columns existed reads exactly as one stored after.
     Gpu = apps.get_model("inventory", "Gpu")
@@ -17,7 +19,7 @@ def work_out_card_state(apps, schema_editor):
     Gpu.objects.bulk_update(changed, CARD_STATE, batch_size=1000)
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no types
     dependencies = [
         ("inventory", "0010_staleness_pass"),
     ]

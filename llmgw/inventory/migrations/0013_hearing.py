@@ -1,7 +1,7 @@
 from django.db import migrations, models
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django ships no types
     dependencies = [
         ("inventory", "0012_node_desired_digest"),
     ]
