@@ -38,7 +38,7 @@ lint: venv-test
 	$(BIN)/lint-imports --no-cache
 
 typecheck: venv-test
-	$(BIN)/mypy --strict agent/llmgw_agent llmgw/placement llmgw/serving/whatif.py
+	$(BIN)/mypy --strict agent/llmgw_agent llmgw/placement llmgw/serving/whatif.py llmgw/inventory
 
 fmt: venv-test
 	$(BIN)/ruff check --fix .
