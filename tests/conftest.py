@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -20,8 +21,48 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "server: starts a server or a subprocess (make check leaves it out)"
     )
+    own_redis_db_per_worker()
 
 
+def own_redis_db_per_worker() -> None:
+    """Under pytest-xdist (make test runs its tests on several workers) each
+    worker gets a Redis database of its own, as pytest-django gives each its
+    own PostgreSQL one: REDIS_URL's number plus the worker's (gw0 keeps it).
+    Tests clear the cache and listen on channel groups; on one database a
+    worker's cache.clear() would drop another's throttle counts mid-test.
+    Django read the settings before this conftest was imported, so every
+    setting naming the URL is rewritten, and the environment too, for the
+    servers and subprocesses the tests start."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    url = os.environ.get("REDIS_URL", "")
+    if not worker.startswith("gw") or urlsplit(url).scheme not in ("redis", "rediss"):
+        return
+    parts = urlsplit(url)
+    number = int(parts.path.strip("/") or 0) + int(worker[2:])
+    if number > 15:
+        raise pytest.UsageError(f"{worker} would need Redis database {number}: lower REDIS_URL's")
+    own = parts._replace(path=f"/{number}").geturl()
+    os.environ["REDIS_URL"] = own
+
+    from django.conf import settings
+
+    def rewrite(value: Any) -> Any:
+        if value == url:
+            return own
+        if isinstance(value, dict):
+            return {k: rewrite(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [rewrite(v) for v in value]
+        return value
+
+    for name in dir(settings):
+        if name.isupper():
+            value = getattr(settings, name)
+            if (new := rewrite(value)) != value:
+                setattr(settings, name, new)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tiers.mark(items)
 

@@ -142,10 +142,35 @@ def starts_server(item: pytest.Item) -> bool:
     return False
 
 
+def shared_server(item: pytest.Item) -> str | None:
+    """The server `item` shares with other tests, if any: a fixture scoped
+    wider than one test that starts one, named with where it is defined
+    (a module-scoped one's module, a session one's conftest)."""
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        fixturedefs = info.name2fixturedefs.get(name, ()) if info else ()
+        if not fixturedefs:
+            continue
+        used = fixturedefs[-1]  # the closest definition, which the test gets
+        if used.scope == "function" or name in PLUGIN_FIXTURES:
+            continue  # live_server is a thread of this process: cheap to start on each worker
+        if not _fixture_starts(name, used.func):
+            continue
+        where = str(item.path) if used.scope in ("module", "class") else used.baseid
+        return f"{name}:{where}"
+    return None
+
+
 def mark(items: list[pytest.Item]) -> None:
+    """The `server` marker; and under pytest-xdist's --dist loadgroup, one
+    group (so one worker) for the tests that share a server: spread over
+    the workers, each would start it again (the reliability layout takes
+    minutes to settle)."""
     for item in items:
         if starts_server(item) and not item.get_closest_marker("server"):
             item.add_marker(pytest.mark.server)
+        if (group := shared_server(item)) and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 class StartedInFastTier(AssertionError):
