@@ -38,7 +38,7 @@ lint: venv-test
 	$(BIN)/lint-imports --no-cache
 
 typecheck: venv-test
-	$(BIN)/mypy --strict agent/llmgw_agent llmgw/placement llmgw/serving/whatif.py llmgw/inventory
+	$(BIN)/mypy --strict llmgw agent/llmgw_agent
 
 fmt: venv-test
 	$(BIN)/ruff check --fix .
