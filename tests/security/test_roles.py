@@ -63,6 +63,8 @@ TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/fabrics"): READ,
     ("GET", "/api/v1/fabrics/{id}/topology"): READ,
     ("POST", "/api/v1/fabrics/test"): OPERATE,
+    ("GET", "/api/v1/fabrics/ports"): READ,
+    ("GET", "/api/v1/replicas"): READ,
     ("GET", "/api/v1/nvlink"): READ,
     # Dry runs on a copy of the fleet, the POST included (it stores nothing).
     ("GET", "/api/v1/whatif"): READ,
