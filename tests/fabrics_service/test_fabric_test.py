@@ -105,7 +105,7 @@ def test_fabric_test_runs_end_to_end_through_two_real_agents_with_a_perftest_sta
     assert all(c.state == "done" for c in AgentCommand.objects.all())
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_an_agent_too_old_for_the_test_is_refused_at_once_naming_its_version(
     make_node, agent_client, api
 ):
@@ -119,7 +119,7 @@ def test_an_agent_too_old_for_the_test_is_refused_at_once_naming_its_version(
     assert not AgentCommand.objects.exists()
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_an_adapter_on_one_side_only_or_down_fails_its_rail_without_a_number(
     make_node, agent_client
 ):
@@ -136,7 +136,7 @@ def test_an_adapter_on_one_side_only_or_down_fails_its_rail_without_a_number(
     assert [(r.grade, r.measured_gbps) for r in rails] == [("failed", None), ("failed", None)]
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_down_port_reporting_its_placeholder_rate_is_down_not_an_expected_10_gbps(
     make_node, agent_client
 ):
@@ -160,7 +160,7 @@ def test_a_down_port_reporting_its_placeholder_rate_is_down_not_an_expected_10_g
     assert _expected(row) == "down (B)"
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_rail_trained_at_half_its_rate_is_graded_against_the_rate_it_should_run_at(
     make_node, agent_client
 ):
