@@ -3,12 +3,14 @@ that calls it and turns its refusals into words, and the table printer."""
 
 from __future__ import annotations
 
+import email.utils
 import http.client
 import json
 import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,9 @@ class Api:
         self.timeout = timeout
         self.headers = {"Authorization": f"Token {token}", "Accept": "application/json"}
         self.opener = urllib.request.build_opener(_NoRedirects)
+        # The server's clock at its last answer (its Date header): an age
+        # worked out against it does not carry the laptop's clock's error.
+        self.server_date: datetime | None = None
 
     def call(
         self,
@@ -72,6 +77,7 @@ class Api:
         try:
             with self.opener.open(request, timeout=self.timeout) as answer:
                 status, text = answer.status, answer.read().decode("utf-8", "replace")
+                self.server_date = _date(answer.headers.get("Date"))
         except urllib.error.HTTPError as exc:  # an answer, with its status
             status, text = exc.code, exc.read().decode("utf-8", "replace")
         except (OSError, http.client.HTTPException) as exc:
@@ -98,6 +104,13 @@ class Api:
 
     def get(self, path: str, params: list[tuple[str, str]]) -> Any:
         return self.call("GET", path, params=params)
+
+
+def _date(header: str | None) -> datetime | None:
+    try:
+        return email.utils.parsedate_to_datetime(header) if header else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _words(detail: Any) -> str:

@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from llmgw.cli import ctl_explain
 from llmgw.cli.ctl_client import DASH, Api, CtlError, table
 from llmgw.units import GiB, format_bytes
 
@@ -29,15 +30,19 @@ def cmd_models(api: Api, args: argparse.Namespace) -> str:
     return table(["MODEL", "READY/REPLICAS", "ALWAYS", "UNDER_LOAD", "PROFILES"], rows)
 
 
-# Nodes named a reason unless --all: each reason still says how many.
-EXPLAIN_NODES = 50
+# Nodes named a reason unless --all: each reason says how many in all.
+EXPLAIN_NODES = 3
 
 
 def cmd_explain(api: Api, args: argparse.Namespace) -> str:
     most = "all" if args.all else str(EXPLAIN_NODES)
     data = api.get(f"/api/v1/models/{args.model}/explain", [("nodes", most)])
-    # The server renders the explanation; every surface prints its lines.
-    return json.dumps(data, indent=2) if args.json else "\n".join(data["lines"])
+    if args.json:
+        return json.dumps(data, indent=2)
+    if args.all:
+        # The server renders the explanation; --all prints its lines, a node a line.
+        return "\n".join(data["lines"])
+    return "\n".join(ctl_explain.grouped(data))
 
 
 def cmd_headroom(api: Api, args: argparse.Namespace) -> str:
@@ -89,7 +94,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--all",
         action="store_true",
-        help=f"name every node refused (default: {EXPLAIN_NODES} a reason)",
+        help=f"every node refused on a line of its own (default: each reason once, "
+        f"its nodes counted and {EXPLAIN_NODES} named)",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_explain)

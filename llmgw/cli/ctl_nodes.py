@@ -7,6 +7,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from llmgw.cli import ctl_node
 from llmgw.cli.ctl_client import DASH, Api, CtlError, table
 from llmgw.locations import LABEL_PREFIX, location
 from llmgw.locations import TREE as LOCATION_LEVELS
@@ -150,14 +151,11 @@ def cmd_node(api: Api, args: argparse.Namespace) -> str:
     node = api.call("GET", f"/api/v1/nodes/{args.name}")
     if args.json:
         return json.dumps(node, indent=2)
+    now = api.server_date
     lines = [table(NODE_HEADERS, [node_row(node)]), ""]
     if node["cordoned"]:
-        lines.append(
-            f"cordoned by {node['cordoned_by']} at {node['cordoned_at']}: {node['cordon_reason']}"
-        )
-    lines.append(
-        f"agent {node.get('agent_version') or DASH}, last heartbeat {node.get('last_heartbeat_at') or DASH}"
-    )
+        lines.append(ctl_node.cordon_line(node))
+    lines.append(ctl_node.heartbeat_line(node, now))
     engines = node.get("engines") or []
     if node.get("engines_probed") is None:
         lines.append("engines: - (agent too old to say)")
@@ -180,6 +178,7 @@ def cmd_node(api: Api, args: argparse.Namespace) -> str:
         lines += ["", table(["MOUNT", "TYPE", "KIND", "FREE/TOTAL"], rows)]
     else:
         lines.append("filesystems: - (not reported)")
+    lines += ctl_node.sections(api, node)
     return "\n".join(lines)
 
 
@@ -232,10 +231,19 @@ def cmd_status(api: Api, args: argparse.Namespace) -> str:
     )
     for m in held:
         lines += [
-            f"held      {m['name']}",
+            f"held      {m['name']}  {held_counts(m)}",
             f"  weights{within}: {fabric_weights(m['weights_by_fabric'])}",
         ]
     return "\n".join(lines)
+
+
+def held_counts(model: dict[str, Any]) -> str:
+    """Replicas ready against the held counts: always_running is the floor
+    the reconciler keeps, under_load what it may grow to under load. The
+    model's replicas, wherever they run (filters pick nodes, not replicas)."""
+    ready = sum(1 for r in model["replicas"] if r["state"] == "ready")
+    always, under = model["always_running"], model["under_load"]
+    return f"{ready}/{always} ready (always_running {always}, under_load {under})"
 
 
 def gpu_count(g: dict[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """`llmgw ctl nodes|status|explain` against a live server and a fleet
 written straight into the database: the filters are the server's, the
-list pages through, and explain names a bounded number of nodes unless
+list pages through, and explain counts the nodes of each reason unless
 asked for all."""
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def test_ctl_status_counts_on_the_server(fleet, capsys):
     assert "gpus      160xA100-40GB" in out
 
 
-def test_ctl_explain_names_fifty_nodes_a_reason_unless_asked_for_all(fleet, capsys):
+def test_ctl_explain_groups_nodes_by_reason_unless_asked_for_all(fleet, capsys):
     from llmgw.catalog import services as catalog
 
     catalog.apply_text(
@@ -108,13 +108,17 @@ def test_ctl_explain_names_fifty_nodes_a_reason_unless_asked_for_all(fleet, caps
     )
     code, out, err = run(capsys, "explain", "big")
     assert code == 0, err
-    # 55 nodes have no B200; five are refused earlier (cordoned, silent, installing).
-    named = [line for line in out.splitlines() if line.startswith("    node-")]
-    assert len(named) == 50 + 5, out
-    assert "(55 nodes," in out and "    and 5 more (every node: ctl explain --all)" in out
+    # 55 nodes have no B200; five are refused earlier (cordoned, silent, installing):
+    # each reason once, its nodes counted, three named and one node's own words.
+    assert (
+        "  55 nodes: no GPU of the class (no_gpu_of_class): "
+        "node-00000, node-00001, node-00002 and 52 more\n"
+    ) in out, out
+    assert [line for line in out.splitlines() if line.startswith("    node-")] == []
+    assert "every node on a line of its own: llmgw ctl explain big --all" in out
     code, out, _ = run(capsys, "explain", "big", "--all")
     named = [line for line in out.splitlines() if line.startswith("    node-")]
-    assert code == 0 and len(named) == COUNT and "more (every node" not in out
+    assert code == 0 and len(named) == COUNT and "more" not in out
 
 
 def test_ctl_loads_neither_django_nor_celery():

@@ -64,7 +64,7 @@ def test_status_prints_each_held_models_weights_per_fabric(make_node, ctl_env, c
 
     assert ctl.main(["status"]) == 0
     out = capsys.readouterr().out
-    assert "held      qwen\n" in out
+    assert "held      qwen  0/0 ready (always_running 0, under_load 1)\n" in out
     assert (
         "  weights: ib-a 3/8 nodes (gpu-01, gpu-02, gpu-05), ib-b none of 3, "
         "no fabric known: cpu-1\n" in out + "\n"
