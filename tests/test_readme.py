@@ -196,12 +196,23 @@ def check_status(demo: Demo, out: str, claim: str) -> None:
 
 
 def check_explain_refused(demo: Demo, out: str, claim: str) -> None:
-    # "every node refused, with the number that bit"
+    # "every node refused, each reason once: its nodes counted, the first
+    # named, and one node's number that bit"
     assert "cannot be placed" in out and "placed as profile" not in out, out
-    for name in (n["name"] for n in demo.nodes()):
-        line = next((ln for ln in out.splitlines() if re.search(rf"\b{re.escape(name)}\b", ln)), "")
-        assert line, f"{name} is not named in:\n{out}"
-        assert re.search(r"has [\d.]+ \w+B of memory, needs [\d.]+ \w+B", line), line
+    fleet = len(demo.nodes())
+    attempts = re.split(r"^profile .*\n", out, flags=re.M)[1:]
+    assert attempts, out
+    for attempt in attempts:
+        lines = attempt.splitlines()
+        groups = [
+            (i, m) for i, ln in enumerate(lines) if (m := re.match(r"  (\d+) nodes?: .+: \S", ln))
+        ]
+        assert sum(int(m[1]) for _, m in groups) == fleet, attempt
+        for i, _ in groups:
+            example = lines[i + 1]
+            assert re.match(
+                r"    e\.g\. .*has [\d.]+ \w+B of memory, needs [\d.]+ \w+B", example
+            ), example
 
 
 def check_explain_nvlink(demo: Demo, out: str, claim: str) -> None:
