@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import big_fleet  # noqa: E402
 
 from bench.figures import report_unmeasured  # noqa: E402
+from llmgw.cli.ctl_models import EXPLAIN_NODES  # noqa: E402
 from tests.servers import start_uvicorn  # noqa: E402
 
 NODES = 5000
@@ -57,9 +58,13 @@ def commands(nodes: int) -> list[tuple[list[str], float, list[str]]]:
         (
             ["explain", big_fleet.RECORDED],
             1.0,
-            [f"/api/v1/models/{big_fleet.RECORDED}/explain?nodes=50"],
+            [f"/api/v1/models/{big_fleet.RECORDED}/explain?nodes={EXPLAIN_NODES}"],
         ),
-        (["explain", big_fleet.DRY], 1.0, [f"/api/v1/models/{big_fleet.DRY}/explain?nodes=50"]),
+        (
+            ["explain", big_fleet.DRY],
+            1.0,
+            [f"/api/v1/models/{big_fleet.DRY}/explain?nodes={EXPLAIN_NODES}"],
+        ),
     ]
 
 

@@ -28,6 +28,7 @@ import httpx
 import psutil
 
 from bench.figures import percentile
+from llmgw.cli.ctl_models import EXPLAIN_NODES
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT_API = "/api/agent/v1"
@@ -255,7 +256,9 @@ def explain(plane: Plane, model: str, runs: int = 3) -> float:
     with plane.api() as api:
         for _ in range(runs):
             started = time.perf_counter()
-            answer = api.get(f"/api/v1/models/{model}/explain", params={"nodes": "50"})
+            answer = api.get(
+                f"/api/v1/models/{model}/explain", params={"nodes": str(EXPLAIN_NODES)}
+            )
             times.append(time.perf_counter() - started)
             answer.raise_for_status()
     return statistics.median(times)
