@@ -1,6 +1,7 @@
-"""A decision's claims on node views, added and taken back: the one place
-that says what a shard holds of a node (its cards, memory, cores, a
-replica of its model, its watts).
+"""A decision's claims on node views, added and taken back: the one undo.
+What a shard holds of a node (its cards, memory, cores, watts) each rule
+says of itself (rules.py, Rule.holds); a replica of its model, which
+spread counts, is added here.
 
 Pure, like the scheduler: the warm fleet advances its views with a
 committed decision (added), explain takes a decision's own claims out to
@@ -14,48 +15,33 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from .rules import RULES
 from .types import Decision, NodeView, Shard
 
 
 def added(view: NodeView, model: str, shard: Shard) -> NodeView:
     """The view once this shard of the model holds its claims there."""
-    taken = set(shard.gpu_indices)
-    return replace(
-        view,
-        gpus=tuple(replace(g, allocated=True) if g.index in taken else g for g in view.gpus),
-        claimed_memory_bytes=view.claimed_memory_bytes + shard.memory_bytes,
-        claimed_cores=view.claimed_cores + shard.cpu_cores,
-        models={**view.models, model: view.models.get(model, 0) + 1},
-        declared_w=_watts(view.declared_w, shard.power_w, declared=True),
-        measured_w=_watts(view.measured_w, shard.power_w, declared=False),
-    )
+    return _claimed(view, model, shard, 1)
 
 
 def taken_back(view: NodeView, model: str, shard: Shard) -> NodeView:
     """The view once this shard's claims are gone: `added` undone."""
-    freed = set(shard.gpu_indices)
+    return _claimed(view, model, shard, -1)
+
+
+def _claimed(view: NodeView, model: str, shard: Shard, sign: int) -> NodeView:
+    # What each rule counts (cards, memory, cores, watts: rules.py), and a
+    # replica of the model, which spread counts.
+    changes: dict[str, object] = {}
+    for r in RULES:
+        changes.update(r.holds(view, shard, sign))
     models = dict(view.models)
-    models[model] = models.get(model, 0) - 1
-    if models[model] <= 0:
-        del models[model]
-    watts = -(shard.power_w or 0.0)
-    return replace(
-        view,
-        gpus=tuple(replace(g, allocated=False) if g.index in freed else g for g in view.gpus),
-        claimed_memory_bytes=max(view.claimed_memory_bytes - shard.memory_bytes, 0),
-        claimed_cores=max(view.claimed_cores - shard.cpu_cores, 0),
-        models=models,
-        declared_w=_watts(view.declared_w, watts, declared=True),
-        measured_w=_watts(view.measured_w, watts, declared=False),
-    )
-
-
-def _watts(before: float | None, watts: float | None, declared: bool) -> float | None:
-    # What is declared starts from nothing; what was never measured stays
-    # unknown (unknown is not zero); a draw never goes below nothing.
-    if not watts or (before is None and (not declared or watts < 0)):
-        return before
-    return max((before or 0.0) + watts, 0.0)
+    count = models.get(model, 0) + sign
+    if count > 0:
+        models[model] = count
+    else:
+        models.pop(model, None)
+    return replace(view, models=models, **changes)  # type: ignore[arg-type]
 
 
 def apply_to_views(views: Iterable[NodeView], decision: Decision) -> list[NodeView]:

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from .node_state import DomainPower, NodeState, Refusal, largest
 from .types import Profile, Reason
 
-__all__ = ["DomainPower", "apply", "node_draw", "over_cap", "refusal", "shard_watts"]
+__all__ = ["DomainPower", "apply", "claimed", "node_draw", "over_cap", "refusal", "shard_watts"]
 
 
 def node_draw(n: NodeState, add: float = 0.0) -> float | None:
@@ -92,6 +92,16 @@ def over_cap(shards: dict[int, tuple[NodeState, float | None]], p: Profile) -> R
 def _now(d: DomainPower) -> str:
     # Only nodes of unknown draw: unknown, not 0.0 kW.
     return "an unknown draw" if d.unknown and not d.draw else f"{d.draw / 1000:.1f} kW"
+
+
+def claimed(before: float | None, watts: float | None, declared: bool) -> float | None:
+    """A node view's declared or measured figure with a shard's watts added
+    (taken back, negative). What is declared starts from nothing; what was
+    never measured stays unknown (unknown is not zero); a draw never goes
+    below nothing."""
+    if not watts or (before is None and (not declared or watts < 0)):
+        return before
+    return max((before or 0.0) + watts, 0.0)
 
 
 def apply(n: NodeState, watts: float | None) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import lru_cache, partial
 from operator import attrgetter
 
@@ -33,7 +34,7 @@ from llmgw.units import format_bytes_pair
 
 from . import power
 from .node_state import NodeState, Refusal
-from .types import READY, Profile, Reason, ReasonCode, Shard
+from .types import READY, NodeView, Profile, Reason, ReasonCode, Shard
 
 DRY_RUN = "by the replicas this dry run placed before this one"
 
@@ -80,6 +81,11 @@ class Rule:
 
     def reserve(self, n: NodeState, shard: Shard) -> None:
         """What one shard of a decision applied takes of the node."""
+
+    def holds(self, view: NodeView, shard: Shard, sign: int) -> dict[str, object]:
+        """The node view's fields this rule counts once the shard's claim
+        is added (sign 1) or taken back (-1): claims.py, the one undo."""
+        return {}
 
 
 class Ready(Rule):
@@ -132,6 +138,10 @@ class Selector(Rule):
     def applies(self, p: Profile) -> bool:
         return bool(p.node_selector)
 
+    def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
+        labels = n.view.labels
+        return all(labels.get(key) == want for key, want in p.node_selector.items())
+
     def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
         v = n.view
         for key, want in p.node_selector.items():
@@ -147,6 +157,9 @@ class Engine(Rule):
     profile_fields = ("engine", "engine_version")
     node_fields = ("engines", "engines_probed", "engine_status")
 
+    def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
+        return engine_fits(n, p)
+
     def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
         return engine_refusal(n, p)
 
@@ -158,6 +171,10 @@ class MemoryTotal(Rule):
 
     def applies(self, p: Profile) -> bool:
         return bool(p.min_memory_gb)
+
+    def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
+        total = n.view.memory_total_bytes
+        return total is None or total >= p.min_memory_bytes
 
     def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
         v = n.view
@@ -176,6 +193,9 @@ class GpuClass(Rule):
     code = Reason.GPU_CLASS
     profile_fields = ("gpu_class",)
     node_fields = ("gpus",)
+
+    def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
+        return p.gpu_class is None or p.gpu_class in n.class_total
 
     def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
         if p.gpu_class is not None and p.gpu_class not in n.class_total:
@@ -202,6 +222,7 @@ class Counted(Rule):
         reads: tuple[str, ...],
         free: str,
         message: Callable[[NodeState, int, int], str],
+        claimed: str,
     ) -> None:
         self.code = code
         # The profile's field an operator writes, and what it wants in units.
@@ -214,6 +235,8 @@ class Counted(Rule):
         self.free_of = attrgetter(free)
         self.claim = attrgetter(wants[1])
         self.message = message
+        # The node view's field summing what its shards claim.
+        self.claimed = claimed
 
     def applies(self, p: Profile) -> bool:
         return bool(self.want(p))
@@ -233,6 +256,11 @@ class Counted(Rule):
         free: int | None = self.free_of(n)
         if free is not None:
             setattr(n, self.free, free - self.claim(shard))
+
+    def holds(self, view: NodeView, shard: Shard, sign: int) -> dict[str, object]:
+        was: int = getattr(view, self.claimed)
+        amount: int = self.claim(shard)
+        return {self.claimed: was + amount if sign > 0 else max(was - amount, 0)}
 
 
 def memory_message(n: NodeState, free: int, want: int) -> str:
@@ -261,6 +289,7 @@ MemoryClaimed = partial(
     ("memory_total_bytes", "claimed_memory_bytes"),
     "free_mem",
     memory_message,
+    "claimed_memory_bytes",
 )
 Cores = partial(
     Counted,
@@ -269,6 +298,7 @@ Cores = partial(
     ("cpus", "claimed_cores"),
     "free_cores",
     cores_message,
+    "claimed_cores",
 )
 
 
@@ -298,6 +328,14 @@ class FreeGpus(Rule):
             else:
                 raise ValueError(f"{shard.node} GPU {index} is not free")
 
+    def holds(self, view: NodeView, shard: Shard, sign: int) -> dict[str, object]:
+        taken = set(shard.gpu_indices)
+        if not taken:
+            return {}
+        allocated = sign > 0
+        gpus = tuple(replace(g, allocated=allocated) if g.index in taken else g for g in view.gpus)
+        return {"gpus": gpus}
+
 
 class PowerCap(Rule):
     code = Reason.POWER_CAP
@@ -319,6 +357,13 @@ class PowerCap(Rule):
     def reserve(self, n: NodeState, shard: Shard) -> None:
         if n.power:
             power.apply(n, shard.power_w)
+
+    def holds(self, view: NodeView, shard: Shard, sign: int) -> dict[str, object]:
+        watts = shard.power_w if sign > 0 else -(shard.power_w or 0.0)
+        return {
+            "declared_w": power.claimed(view.declared_w, watts, declared=True),
+            "measured_w": power.claimed(view.measured_w, watts, declared=False),
+        }
 
 
 # In the order an operator would fix them; a node is refused for the first.
@@ -507,23 +552,27 @@ _reservers: list[Callable[[NodeState, Shard], None]] = []
 
 
 def engine_refusal(n: NodeState, p: Profile) -> Refusal | None:
+    if engine_fits(n, p):
+        return None
     v = n.view
-    # An agent too old to probe says nothing about engines; refusing it would
-    # empty the fleet on a control plane upgrade.
-    if not v.engines_probed:
-        return None
-    versions = n.engine_versions.get(p.engine)
-    # An engine reported without a version (named in agent.yaml on purpose)
-    # is of unknown version, which is not a wrong one.
     wanted = p.engine if p.engine_version is None else f"{p.engine}@{p.engine_version}"
-    if versions is not None and (
-        p.engine_version is None or None in versions or p.engine_version in versions
-    ):
-        return None
     has = f"has engines {engine_list(n)}" if v.engines else "has no engines"
     said = v.engine_status.get(p.engine, "")
     status = f" ({said})" if said else ""
     return Reason.ENGINE, f"{v.name} {has}, needs {wanted}{status}"
+
+
+def engine_fits(n: NodeState, p: Profile) -> bool:
+    # An agent too old to probe says nothing about engines; refusing it would
+    # empty the fleet on a control plane upgrade.
+    if not n.view.engines_probed:
+        return True
+    versions = n.engine_versions.get(p.engine)
+    # An engine reported without a version (named in agent.yaml on purpose)
+    # is of unknown version, which is not a wrong one.
+    return versions is not None and (
+        p.engine_version is None or None in versions or p.engine_version in versions
+    )
 
 
 def engine_list(n: NodeState) -> str:
