@@ -52,3 +52,6 @@ def test_a_nodes_ports_with_unknown_as_null(
 def test_ports_need_a_known_node(api):
     assert api.get("/api/v1/fabrics/ports").status_code == 400
     assert api.get("/api/v1/fabrics/ports", {"node": "nope"}).status_code == 404
+    # PostgreSQL refuses NUL in a statement: a 400 that says so, not a 500.
+    answer = api.get("/api/v1/fabrics/ports", {"node": "a\x00b"})
+    assert answer.status_code == 400 and "NUL" in answer.json()["detail"]

@@ -61,3 +61,9 @@ def test_replicas_of_a_model_and_of_an_unknown_node(placed, api):
     assert len(api.get("/api/v1/replicas").json()) == 3
     answer = api.get("/api/v1/replicas", {"node": "nope"})
     assert answer.status_code == 404 and "nope" in answer.json()["detail"]
+
+
+def test_a_nul_in_a_filter_is_refused_not_a_server_error(api):
+    for key in ("node", "model"):
+        answer = api.get("/api/v1/replicas", {key: "a\x00b"})
+        assert answer.status_code == 400 and "NUL" in answer.json()["detail"], answer.content
