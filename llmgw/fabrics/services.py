@@ -222,10 +222,41 @@ def _digest_keys(data: dict[str, Any]) -> dict[str, Any]:
     return keys
 
 
+def recorded(node: Node) -> dict[str, Any]:
+    """The node's ports as stored, and the physical fabrics they are on
+    with their subnet managers."""
+    ports = list(Port.objects.filter(node=node).select_related("physical_fabric"))
+    fabrics: dict[int, dict[str, Any]] = {}
+    for p in ports:
+        fab = p.physical_fabric
+        if fab is not None and fab.pk not in fabrics:
+            fabrics[fab.pk] = {
+                "identity": fab.identity,
+                "master_guid": fab.master_guid,
+                "managers": sorted(m.guid for m in fab.managers.all()),
+            }
+    return {
+        "ports": [
+            {
+                "device": p.device,
+                "port": p.port,
+                "state": p.state,
+                "phys_state": p.phys_state,
+                "declared_fabric": p.declared_fabric,
+                "sm_guid": p.sm_guid,
+                "physical_fabric": p.physical_fabric.identity if p.physical_fabric else None,
+            }
+            for p in ports
+        ],
+        "fabrics": list(fabrics.values()),
+    }
+
+
 SECTION = Section(
     name="ports",
     payload_keys=("ports",),
     columns=("ports_digest", "managers_digest"),
     key=_digest_keys,
     store=observe,
+    recorded=recorded,
 )

@@ -29,13 +29,16 @@ class Section:
     one of them). `key(data)`: for each of `columns` (Node digest columns)
     to compare this time, what of the payload it digests; a column left
     out is not compared. `store(node, data, now)`: stores the section and
-    returns further Node columns to update (the digests are added)."""
+    returns further Node columns to update (the digests are added).
+    `recorded(node)`: what the control plane keeps of the section for the
+    node, as the agent's doctor is told it (the app reads its own rows)."""
 
     name: str
     payload_keys: tuple[str, ...]
     columns: tuple[str, ...]
     key: Callable[[Payload], dict[str, Any]]
     store: Callable[[Node, Payload, datetime], dict[str, Any]]
+    recorded: Callable[[Node], dict[str, Any]] | None = None
 
 
 _sections: list[Section] = []

@@ -132,10 +132,21 @@ def reconcile_soon() -> None:
     tasks.reconcile_soon()
 
 
+def _recorded(node: Node) -> dict[str, Any]:
+    shards = Shard.objects.filter(node=node).select_related("replica__model")
+    return {
+        "shards": [
+            {"replica": s.replica_id, "rank": s.rank, "model": s.replica.model.name}
+            for s in shards.order_by("replica_id", "rank")
+        ]
+    }
+
+
 SECTION = Section(
     name="shards",
     payload_keys=("shards",),
     columns=("shards_digest",),
     key=lambda data: {"shards_digest": state_key(data["shards"])},
     store=_store_section,
+    recorded=_recorded,
 )

@@ -271,3 +271,29 @@ def test_a_revoked_credential_is_refused(client: Any, make_node: Any) -> None:
     assert record(client, cred).status_code == 200
     services.revoke_node("node-a", "test")
     assert record(client, cred).status_code in (401, 403)
+
+
+@pytest.mark.django_db
+def test_record_lists_the_node_s_shards_with_the_model_path_it_holds(
+    client: Any, make_node: Any
+) -> None:
+    # Each app answers for its own section (serving the shards); the path is inventory's.
+    from llmgw.catalog.models import Model, Profile
+    from llmgw.inventory.models import ModelHolding
+    from llmgw.serving.models import Replica, Shard
+
+    node, cred = make_node("node-a")
+    other, _ = make_node("node-b")
+    model = Model.objects.create(name="tiny", source="hf:org/tiny")
+    bare = Model.objects.create(name="bare", source="hf:org/bare")
+    for m, on in ((model, node), (bare, node), (model, other)):
+        replica = Replica.objects.create(
+            model=m, profile=Profile.objects.create(model=m, name=f"cpu-{on.name}")
+        )
+        Shard.objects.create(replica=replica, node=on, rank=0)
+    ModelHolding.objects.create(node=node, model_name="tiny", path="/models/tiny")
+    body = record(client, cred).json()
+    assert [(s["model"], s["rank"], s["model_path"]) for s in body["shards"]] == [
+        ("tiny", 0, "/models/tiny"),
+        ("bare", 0, None),
+    ]

@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from llmgw.inventory import heartbeats, services
+from llmgw.inventory import heartbeats, sections, services
 from llmgw.inventory.api import agent_request
 from llmgw.inventory.api.auth import NodeCertificateAuthentication, NodeCredentialAuthentication
 from llmgw.inventory.api.openapi import json_schema
@@ -137,8 +137,8 @@ class RecordView(APIView):  # type: ignore[misc]  # DRF ships no types
 
     Node-scoped: the credential says which node, so a node reads only its own record; a
     `?node=` naming another is refused and audited like a payload naming another. It
-    changes nothing (no heartbeat): doctor may call it while the agent runs. Reached
-    through the reverse relations, so the inventory imports no other app.
+    changes nothing (no heartbeat): doctor may call it while the agent runs. Each
+    app answers for its own heartbeat section, so the inventory imports none.
     """
 
     # The certificate first: a connection that came with one is its node.
@@ -159,9 +159,7 @@ class RecordView(APIView):  # type: ignore[misc]  # DRF ships no types
                 "node": node.name,
                 "state": services.effective_state(node),
                 "time": timezone.now().isoformat(),
-                "ports": _recorded_ports(node),
-                "fabrics": _recorded_fabrics(node),
-                "shards": _recorded_shards(node),
+                **_recorded(node),
                 # As the agent last reported them: doctor run beside an install in
                 # progress says so instead of "no engine installed".
                 "engines": [
@@ -173,45 +171,15 @@ class RecordView(APIView):  # type: ignore[misc]  # DRF ships no types
         )
 
 
-def _recorded_ports(node: Node) -> list[dict[str, Any]]:
-    ports = node.network_ports.select_related("physical_fabric")
-    return [
-        {
-            "device": p.device,
-            "port": p.port,
-            "state": p.state,
-            "phys_state": p.phys_state,
-            "declared_fabric": p.declared_fabric,
-            "sm_guid": p.sm_guid,
-            "physical_fabric": p.physical_fabric.identity if p.physical_fabric else None,
-        }
-        for p in ports
-    ]
-
-
-def _recorded_fabrics(node: Node) -> list[dict[str, Any]]:
-    seen: dict[int, dict[str, Any]] = {}
-    ports = node.network_ports.select_related("physical_fabric")
-    for p in ports:
-        fab = p.physical_fabric
-        if fab is not None and fab.pk not in seen:
-            seen[fab.pk] = {
-                "identity": fab.identity,
-                "master_guid": fab.master_guid,
-                "managers": sorted(m.guid for m in fab.managers.all()),
-            }
-    return list(seen.values())
-
-
-def _recorded_shards(node: Node) -> list[dict[str, Any]]:
-    holdings = {h.model_name: h.path for h in node.holdings.all()}
-    shards = node.shards.select_related("replica__model")
-    return [
-        {
-            "replica": s.replica_id,
-            "rank": s.rank,
-            "model": s.replica.model.name,
-            "model_path": holdings.get(s.replica.model.name),
-        }
-        for s in shards
-    ]
+def _recorded(node: Node) -> dict[str, Any]:
+    """What each app keeps of the node's heartbeat sections (its ports and
+    fabrics, its shards), asked of the app through its section: inventory
+    reads no other app's rows. A shard's model path is inventory's own."""
+    out: dict[str, Any] = {}
+    for section in sections.registered():
+        if section.recorded is not None:
+            out.update(section.recorded(node))
+    paths = {h.model_name: h.path for h in node.holdings.all()}
+    for shard in out.get("shards", []):
+        shard["model_path"] = paths.get(shard["model"])
+    return out
