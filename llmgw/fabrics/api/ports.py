@@ -19,7 +19,23 @@ from llmgw.inventory.models import Node
 from llmgw.validation import text_problem
 
 
+class BlankIsUnknown(serializers.CharField):  # type: ignore[misc]  # DRF ships no types
+    """Text the agent did not send is stored as ""; it is unknown (null),
+    not empty."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_null=True, read_only=True, **kwargs)
+
+    def to_representation(self, value: Any) -> str | None:
+        return str(value) or None
+
+
 class PortSerializer(serializers.ModelSerializer):  # type: ignore[misc]  # DRF ships no types
+    link_layer = BlankIsUnknown()
+    state = BlankIsUnknown()
+    phys_state = BlankIsUnknown()
+    rate_text = BlankIsUnknown()
+    declared_fabric = BlankIsUnknown(help_text="the fabric agent.yaml names for its adapter")
     physical_fabric = serializers.CharField(
         source="physical_fabric.identity",
         default=None,
@@ -41,13 +57,6 @@ class PortSerializer(serializers.ModelSerializer):  # type: ignore[misc]  # DRF 
             "physical_fabric",
             "updated_at",
         ]
-
-    def to_representation(self, instance: Port) -> dict[str, Any]:
-        data: dict[str, Any] = super().to_representation(instance)
-        # Text the agent did not send is stored as ""; it is unknown, not empty.
-        for key in ("link_layer", "state", "phys_state", "rate_text", "declared_fabric"):
-            data[key] = data[key] or None
-        return data
 
 
 class PortListView(APIView):  # type: ignore[misc]  # DRF ships no types
