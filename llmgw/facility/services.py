@@ -9,8 +9,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from llmgw.database.atomic import atomic
 from llmgw import events, holdings
+from llmgw.database.atomic import atomic
 from llmgw.facility import domains, power
 from llmgw.facility.models import DRAINED, Budget, Hold
 from llmgw.inventory.models import Node
