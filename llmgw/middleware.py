@@ -7,6 +7,9 @@ disk whole before any Django middleware runs. So the limit is enforced
 twice, at the two places a body can enter: `limit_body` around the ASGI app
 (declared or chunked) and `BodyLimitMiddleware` in Django (declared, for
 WSGI and the test client). Both answer alike.
+
+Text the database cannot store in the path or the query is refused here
+too (`CleanTextMiddleware`), once for every view.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+
+from llmgw.validation import text_problem
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -112,3 +117,33 @@ def limit_body(app: ASGIApp) -> ASGIApp:
         await app(scope, replay, send)
 
     return guarded
+
+
+class CleanTextMiddleware:
+    """A NUL or a lone surrogate in the path or the query string is a 400
+    that names where, before any view runs: PostgreSQL refuses a NUL in a
+    statement, and every lookup by name would otherwise answer 500."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        problem = _unclean(request)
+        if problem is None:
+            return self.get_response(request)
+        body: dict[str, Any]
+        if request.path.startswith("/api/agent/"):
+            body = {"errors": {problem[0]: [problem[1]]}}
+        else:
+            body = {"detail": f"{problem[0]}: {problem[1]}"}
+        return HttpResponse(json.dumps(body).encode(), status=400, content_type="application/json")
+
+
+def _unclean(request: HttpRequest) -> tuple[str, str] | None:
+    if (problem := text_problem(request.path)) is not None:
+        return "path", problem
+    for key, values in request.GET.lists():
+        for text in (key, *values):
+            if (problem := text_problem(text)) is not None:
+                return ascii(key)[1:-1], problem
+    return None

@@ -79,6 +79,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: an oversized body is answered before anything reads it.
     "llmgw.middleware.BodyLimitMiddleware",
+    "llmgw.middleware.CleanTextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -124,6 +124,22 @@ def test_a_unicode_digit_in_a_key_path_is_not_found(api):
         assert answer.status_code == 404, (path, answer.status_code)
 
 
+def test_a_nul_in_a_path_or_query_is_a_400_naming_where(api, client):
+    # PostgreSQL refuses NUL in a statement: a lookup by name answered 500.
+    for path in ("/api/v1/models/a%00b/", "/api/v1/nodes/a%00b/", "/api/v1/fabrics/a%00b/"):
+        answer = api.get(path)
+        assert answer.status_code == 400, (path, answer.status_code)
+        assert answer.json()["detail"].startswith("path: contains a NUL character")
+    answer = api.get("/api/v1/replicas", {"node": "a\x00b"})
+    assert answer.status_code == 400 and answer.json()["detail"].startswith("node: contains a NUL")
+    answer = api.get("/api/v1/nodes/", {"a\x00": "x"})
+    assert answer.status_code == 400 and answer.json()["detail"].startswith("a\\x00: contains")
+    agent = client.get("/api/agent/v1/record", {"node": "a\x00b"})
+    assert agent.status_code == 400 and agent.json()["errors"]["node"][0].startswith(
+        "contains a NUL"
+    )
+
+
 CATALOG = """
 models:
   - name: tiny

@@ -17,7 +17,6 @@ from llmgw.accounts.permissions import IsViewer
 from llmgw.inventory.models import Node
 from llmgw.serving.api.serializers import ReplicaSerializer
 from llmgw.serving.models import Replica, Shard
-from llmgw.validation import text_problem
 
 
 class NodeReplicaSerializer(ReplicaSerializer):
@@ -40,10 +39,6 @@ class ReplicaListView(APIView):  # type: ignore[misc]  # DRF ships no types
         responses=NodeReplicaSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
-        for key in ("node", "model"):
-            problem = text_problem(request.query_params.get(key, ""))
-            if problem:  # PostgreSQL refuses NUL in a statement: say so, not 500
-                return Response({"detail": f"{key}: {problem}"}, status=status.HTTP_400_BAD_REQUEST)
         # A replica's explanation names every node of the fleet, and a node
         # row carries its telemetry: neither is printed here.
         nodes = Node.objects.only("name", "agent_labels", "operator_labels", "shard_samples")
