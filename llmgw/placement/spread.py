@@ -2,7 +2,7 @@
 domain group, so that a placement re-sorts a few groups rather than refiling
 every node near it. Pure, like the scheduler that keeps it up to date.
 
-A node's spread score for a model (checks.Replicas.of) is its own replicas
+A node's spread score for a model (node_state.Replicas.of) is its own replicas
 of the model times the weight of the levels it names no value for, plus the
 model's replicas in each room, row, rack and PDU it names, weighted by
 level. Nodes naming the same value at every level (a group: in a fleet
