@@ -70,8 +70,10 @@ class Rule:
     node_fields: tuple[str, ...] = ()
 
     def applies(self, p: Profile) -> bool:
-        """Whether it can refuse any node for this profile at all."""
-        return True
+        """Whether it can refuse any node for this profile at all: whether
+        the profile sets a field it reads (one left empty asks nothing of
+        a node), or always for a rule that reads none."""
+        return not self.profile_fields or any(getattr(p, f) for f in self.profile_fields)
 
     def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
         return self.refusal(n, p, gpus) is None
@@ -88,55 +90,59 @@ class Rule:
         return {}
 
 
-class Ready(Rule):
-    code = Reason.NOT_READY
-    node_fields = ("state",)
+class NodeSays(Rule):
+    """A rule on the node alone, whatever the profile: the node is refused
+    while `refuses` holds of its view, with the words `message` gives."""
+
+    def __init__(
+        self,
+        code: ReasonCode,
+        reads: tuple[str, ...],
+        refuses: Callable[[NodeView], object],
+        message: Callable[[NodeView], str],
+    ) -> None:
+        self.code = code
+        self.node_fields = reads
+        self.refuses = refuses
+        self.message = message
 
     def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
-        return n.view.state == READY
+        return not self.refuses(n.view)
 
     def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
         v = n.view
-        if v.state != READY:
-            return self.code, f"{v.name} is {v.state}, needs {READY}"
+        if self.refuses(v):
+            return self.code, f"{v.name} {self.message(v)}"
         return None
 
 
-class Cordoned(Rule):
-    code = Reason.CORDONED
-    node_fields = ("cordoned", "cordon_reason")
-
-    def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
-        return not n.view.cordoned
-
-    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
-        v = n.view
-        if v.cordoned:
-            return self.code, f"{v.name} is cordoned: {v.cordon_reason or 'no reason given'}"
-        return None
-
-
-class Held(Rule):
-    code = Reason.HELD
-    node_fields = ("held",)
-
-    def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
-        return not n.view.held
-
-    def refusal(self, n: NodeState, p: Profile, gpus: Gpus | None) -> Refusal | None:
-        v = n.view
-        if v.held:
-            return self.code, f"{v.name} is in held {v.held}, needs a domain that is not held"
-        return None
+Ready = partial(
+    NodeSays,
+    Reason.NOT_READY,
+    ("state",),
+    lambda v: v.state != READY,
+    lambda v: f"is {v.state}, needs {READY}",
+)
+Cordoned = partial(
+    NodeSays,
+    Reason.CORDONED,
+    ("cordoned", "cordon_reason"),
+    attrgetter("cordoned"),
+    lambda v: f"is cordoned: {v.cordon_reason or 'no reason given'}",
+)
+Held = partial(
+    NodeSays,
+    Reason.HELD,
+    ("held",),
+    attrgetter("held"),
+    lambda v: f"is in held {v.held}, needs a domain that is not held",
+)
 
 
 class Selector(Rule):
     code = Reason.SELECTOR
     profile_fields = ("node_selector",)
     node_fields = ("labels",)
-
-    def applies(self, p: Profile) -> bool:
-        return bool(p.node_selector)
 
     def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
         labels = n.view.labels
@@ -168,9 +174,6 @@ class MemoryTotal(Rule):
     code = Reason.MEMORY_TOTAL
     profile_fields = ("min_memory_gb",)
     node_fields = ("memory_total_bytes",)
-
-    def applies(self, p: Profile) -> bool:
-        return bool(p.min_memory_gb)
 
     def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
         total = n.view.memory_total_bytes
@@ -237,9 +240,6 @@ class Counted(Rule):
         self.message = message
         # The node view's field summing what its shards claim.
         self.claimed = claimed
-
-    def applies(self, p: Profile) -> bool:
-        return bool(self.want(p))
 
     def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
         free: int | None = self.free_of(n)
@@ -344,6 +344,10 @@ class PowerCap(Rule):
     needs_gpus = True
     profile_fields = ("power_w",)
     node_fields = ("declared_w", "derived_w", "measured_w", "budgets", "gpus")
+
+    def applies(self, p: Profile) -> bool:
+        # Nothing declared, a shard adds its cards' limits.
+        return True
 
     def fits(self, n: NodeState, p: Profile, gpus: Gpus) -> bool:
         # Empty unless the node is in a capped domain.
