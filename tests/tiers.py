@@ -156,7 +156,7 @@ def shared_server(item: pytest.Item) -> str | None:
             continue  # live_server is a thread of this process: cheap to start on each worker
         if not _fixture_starts(name, used.func):
             continue
-        where = str(item.path) if used.scope in ("module", "class") else used.baseid
+        where = item.nodeid.split("::")[0] if used.scope in ("module", "class") else used.baseid
         return f"{name}:{where}"
     return None
 
@@ -171,6 +171,21 @@ def mark(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.server)
         if (group := shared_server(item)) and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(group))
+            if item.config.getoption("loadgroup", False):
+                _name_the_group(item, group)
+
+
+def _name_the_group(item: pytest.Item, group: str) -> None:
+    """What pytest-xdist 3.8 does for --dist loadgroup after this hook: the
+    scheduler reads a test's group from its node id, `id@group`. xdist sets
+    `_nodeid`, which pytest 9 no longer reads (the id is `_id`), so every
+    group would silently be spread over the workers; done here for both."""
+    grouped = f"{item.nodeid}@{group}"
+    item._nodeid = grouped  # type: ignore[attr-defined]  # pytest 8
+    if hasattr(item, "_id"):  # pytest 9
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(grouped)
 
 
 class StartedInFastTier(AssertionError):
