@@ -42,9 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.figures import percentile, report_unmeasured  # noqa: E402
 from llmgw.placement.claims import apply_to_views  # noqa: E402
 from llmgw.placement.node_state import NodeState  # noqa: E402
-from llmgw.placement.rules import pick_gpus, shard_refusal  # noqa: E402
+from llmgw.placement.rules import pick_gpus  # noqa: E402
 from llmgw.placement.scheduler import Inventory  # noqa: E402
 from llmgw.placement.types import RACK, Decision, GpuView, NodeView, Profile, Shard  # noqa: E402
+from llmgw.placement.verdicts import shard_refusal  # noqa: E402
 from llmgw.units import GiB  # noqa: E402
 
 SIZES = (500, 5_000, 20_000)

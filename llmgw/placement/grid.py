@@ -7,8 +7,8 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 
 from .node_state import NodeState
-from .rules import Checks, fit
 from .types import Profile
+from .verdicts import Checks, fit
 
 Found = tuple[NodeState, tuple[int, ...]] | None
 

@@ -16,7 +16,7 @@ from llmgw.locations import label as level_label
 
 from . import power
 from .node_state import NodeState, Refusal, Replicas
-from .rules import plural
+from .rule_text import plural
 from .types import Profile, Reason
 
 Candidate = tuple[NodeState, tuple[int, ...]]

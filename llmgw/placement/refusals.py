@@ -9,8 +9,10 @@ from collections.abc import Mapping, Sequence
 
 from . import multinode
 from .node_state import NodeState, Replicas
-from .rules import Judge, pick_gpus, plural
+from .rule_text import plural
+from .rules import pick_gpus
 from .types import Decision, Profile, Reason, Rejection, Shard
+from .verdicts import Judge
 
 
 def rejections(

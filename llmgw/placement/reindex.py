@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 from .index import Eligible
 from .node_state import NodeState, Replicas
-from .rules import Judge
 from .spread import Groups, key_of
 from .types import Profile
+from .verdicts import Judge
 
 Changed = Sequence[tuple[NodeState, NodeState]]
 

@@ -24,32 +24,20 @@ from what the node really has allocated, since nothing of it exists yet.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
-from functools import lru_cache, partial
+from functools import partial
 from operator import attrgetter
-
-from llmgw.units import format_bytes_pair
 
 from . import power
 from .node_state import NodeState, Refusal
+from .rule_text import DRY_RUN, cores_message, engine_list, memory_message, sizes
 from .types import READY, NodeView, Profile, Reason, ReasonCode, Shard
-
-DRY_RUN = "by the replicas this dry run placed before this one"
-
-# Explaining a refusal formats a few figures per node, and a fleet repeats
-# the same few totals and claims: formatting was the largest single cost.
-sizes = lru_cache(maxsize=4096)(format_bytes_pair)
 
 Gpus = tuple[int, ...]
 # A rule's fast check, as the scheduler calls it: node, profile, the GPUs
 # the shard would take there.
 Check = Callable[[NodeState, Profile, Gpus], bool]
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 class Rule:
@@ -263,25 +251,6 @@ class Counted(Rule):
         return {self.claimed: was + amount if sign > 0 else max(was - amount, 0)}
 
 
-def memory_message(n: NodeState, free: int, want: int) -> str:
-    v = n.view
-    return memory_text(v.memory_total_bytes or 0, free, v.claimed_memory_bytes, want)
-
-
-def cores_message(n: NodeState, free: int, want: int) -> str:
-    v = n.view
-    cpus = v.cpus or 0
-    reserved = cpus - free
-    if not reserved:
-        return f"has {plural(cpus, 'CPU core')}, none reserved, needs {want}"
-    real, planned = v.claimed_cores, reserved - v.claimed_cores
-    return (
-        f"has {plural(max(free, 0), 'CPU core')} unreserved "
-        f"({cpus} less {reserved} reserved{split(str(real), str(planned), real, planned)}), "
-        f"needs {want}"
-    )
-
-
 MemoryClaimed = partial(
     Counted,
     Reason.MEMORY_CLAIMED,
@@ -386,175 +355,6 @@ RULES: list[Rule] = [
 ]
 
 
-@contextmanager
-def registered(rule: Rule) -> Iterator[Rule]:
-    """The table with one more rule, last, while the block runs."""
-    RULES.append(rule)
-    _kinds.clear()
-    _reservers.clear()
-    try:
-        yield rule
-    finally:
-        RULES.remove(rule)
-        _kinds.clear()
-        _reservers.clear()
-
-
-StaticKey = tuple[object, ...]
-
-
-def static_key(p: Profile) -> StaticKey:
-    """The profile's fields the static rules read: profiles that share
-    them share an index."""
-    return kind(p).key
-
-
-class Kind:
-    """What the table says of one profile, worked out once: every decision
-    asks it, and a profile is asked of thousands of decisions."""
-
-    __slots__ = ("key", "checks", "capped")
-
-    def __init__(self, p: Profile) -> None:
-        self.key = tuple(
-            _hashable(getattr(p, f)) for r in RULES if r.static for f in r.profile_fields
-        )
-        self.checks = _fast_checks(p, False)
-        self.capped = _fast_checks(p, True)
-
-
-# id(profile) -> the profile (kept, so the id is not reused) and its kind.
-_kinds: dict[int, tuple[Profile, Kind]] = {}
-
-
-def kind(p: Profile) -> Kind:
-    hit = _kinds.get(id(p))
-    if hit is not None and hit[0] is p:
-        return hit[1]
-    if len(_kinds) >= 1024:
-        _kinds.clear()
-    found = Kind(p)
-    _kinds[id(p)] = (p, found)
-    return found
-
-
-def _hashable(value: object) -> object:
-    if isinstance(value, Mapping):
-        return tuple(sorted(value.items()))
-    return value
-
-
-def static_refusal(n: NodeState, p: Profile) -> Refusal | None:
-    """Rules that applying decisions cannot change; cached per profile."""
-    return Judge(p).static(n)
-
-
-def dynamic_refusal(n: NodeState, p: Profile) -> Refusal | None:
-    """The rules that applying decisions changes."""
-    return Judge(p).dynamic(n)
-
-
-def shard_refusal(n: NodeState, p: Profile) -> Refusal | None:
-    """Every per-node rule, in the order an operator would fix them."""
-    judge = Judge(p)
-    return judge.static(n) or judge.dynamic(n)
-
-
-class Judge:
-    """The table's refusals for one profile, the rules that cannot refuse
-    anything for it left out: explain asks them of every node."""
-
-    __slots__ = ("p", "statics", "dynamics", "checks")
-
-    def __init__(self, p: Profile) -> None:
-        self.p = p
-        self.statics = [r.refusal for r in RULES if r.static and r.applies(p)]
-        self.dynamics = [
-            (r.refusal, r.needs_gpus) for r in RULES if not r.static and (r.applies(p) or r.picks)
-        ]
-        self.checks = [r.fits for r in RULES if r.static and r.applies(p)]
-
-    def static(self, n: NodeState) -> Refusal | None:
-        p = self.p
-        for refusal in self.statics:
-            found = refusal(n, p, ())
-            if found is not None:
-                return found
-        return None
-
-    def dynamic(self, n: NodeState) -> Refusal | None:
-        p = self.p
-        gpus: Gpus | None = ()
-        picked = False
-        for refusal, needs_gpus in self.dynamics:
-            if needs_gpus and not picked:
-                gpus, picked = pick_gpus(n, p), True
-            found = refusal(n, p, gpus)
-            if found is not None:
-                return found
-        return None
-
-    def fits(self, n: NodeState) -> bool:
-        """The static rules' fast checks: no message is made."""
-        p = self.p
-        for fits in self.checks:
-            if not fits(n, p, ()):
-                return False
-        return True
-
-
-# A profile's fast checks: those asked before its GPUs are picked, then after.
-Checks = tuple[tuple[Check, ...], tuple[Check, ...]]
-
-
-def fast_checks(p: Profile, capped: bool) -> Checks:
-    """The dynamic rules' fast checks that can refuse a node for the
-    profile; the power cap's only on a fleet with caps."""
-    found = kind(p)
-    return found.capped if capped else found.checks
-
-
-def _fast_checks(p: Profile, capped: bool) -> Checks:
-    asked = [
-        r
-        for r in RULES
-        if not r.static and not r.picks and r.applies(p) and (capped or not r.capped)
-    ]
-    return (
-        tuple(r.fits for r in asked if not r.needs_gpus),
-        tuple(r.fits for r in asked if r.needs_gpus),
-    )
-
-
-def fit(n: NodeState, p: Profile, checks: Checks) -> Gpus | None:
-    """The GPUs one shard takes on the node, or None where a dynamic rule
-    refuses it (the scheduler's fast path: no message is made)."""
-    before, after = checks
-    for fits in before:
-        if not fits(n, p, ()):
-            return None
-    gpus = pick_gpus(n, p)
-    if gpus is None:
-        return None
-    for fits in after:
-        if not fits(n, p, gpus):
-            return None
-    return gpus
-
-
-def reserve(n: NodeState, shard: Shard) -> None:
-    """What a shard of a decision applied takes of the node, rule by rule."""
-    reservers = _reservers
-    if not reservers:
-        reservers.extend(r.reserve for r in RULES if not r.static)
-    for take in reservers:
-        take(n, shard)
-
-
-# The dynamic rules' reserve, in table order; filled on first use.
-_reservers: list[Callable[[NodeState, Shard], None]] = []
-
-
 def engine_refusal(n: NodeState, p: Profile) -> Refusal | None:
     if engine_fits(n, p):
         return None
@@ -579,45 +379,8 @@ def engine_fits(n: NodeState, p: Profile) -> bool:
     )
 
 
-def engine_list(n: NodeState) -> str:
-    """Each engine once: "llama.cpp@b11434", not also the bare name the
-    snapshot adds beside it; a bare name only when no version is known."""
-    names: list[str] = []
-    for name, versions in sorted(n.engine_versions.items()):
-        known = sorted(v for v in versions if v is not None)
-        if known:
-            names.extend(f"{name}@{v}" for v in known)
-        else:
-            names.append(name)
-    return ", ".join(names)
-
-
-def split(real: str, planned: str, real_n: int, planned_n: int) -> str:
-    """What of a node's claims its shards hold and what a dry run's earlier
-    decisions took; "" when the dry run took nothing here."""
-    if not planned_n:
-        return ""
-    if not real_n:
-        return f" {DRY_RUN}"
-    return f": {real} already, {planned} {DRY_RUN}"
-
-
 # A fleet repeats a few totals, claims and wants: a refusal of every node
 # formats each combination once.
-@lru_cache(maxsize=4096)
-def memory_text(total: int, free_mem: int, real: int, want: int) -> str:
-    claimed = total - free_mem
-    free, needs = sizes(max(free_mem, 0), want)
-    if not claimed:
-        return f"has {free} of memory, none of it claimed, needs {needs}"
-    planned = claimed - real
-    of, less = sizes(total, claimed)
-    return (
-        f"has {free} of memory unclaimed ({of} less {less} claimed"
-        f"{split(*sizes(real, planned), real, planned)}), needs {needs}"
-    )
-
-
 def pick_gpus(n: NodeState, p: Profile) -> tuple[int, ...] | None:
     """The GPU indices one shard gets on this node, or None if it cannot."""
     gps = p.gpus_per_shard

@@ -29,12 +29,11 @@ import weakref
 from collections.abc import Collection, Iterable, Sequence
 from functools import partial
 
-from . import multinode, power, refusals, reindex, rules
+from . import multinode, power, refusals, reindex, verdicts
 from . import spread as spreads
 from .index import Eligible, build_spread, spread_applied
 from .multinode import fabric_adapters
 from .node_state import NodeState, Replicas
-from .rules import Judge, StaticKey, fast_checks, fit, static_key
 from .types import (
     Attempts,
     Decision,
@@ -48,6 +47,7 @@ from .types import (
     gc_paused,
     location_of,
 )
+from .verdicts import Judge, StaticKey, fast_checks, fit, static_key
 
 
 class Inventory:
@@ -385,7 +385,7 @@ class Inventory:
             n = self._own(shard.node)
             before = {cls: n.gpu_shape(cls) for cls in n.free}
             # What each rule takes: its cards, memory, cores, watts.
-            rules.reserve(n, shard)
+            verdicts.reserve(n, shard)
             after = {
                 cls: n.gpu_shape(cls) if shard.gpu_indices else old for cls, old in before.items()
             }

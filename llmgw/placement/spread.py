@@ -24,8 +24,8 @@ from collections.abc import Sequence
 
 from .grid import Found, Grid, best_fit
 from .node_state import NodeState, Replicas
-from .rules import Checks
 from .types import Profile
+from .verdicts import Checks
 
 # A tier, tried lowest first: (replicas of the model on the node, its spread
 # score, the node lacks the model's weights). A key: (the node's group, its

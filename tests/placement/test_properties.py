@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from llmgw.placement.claims import apply_to_views
 from llmgw.placement.node_state import NodeState
-from llmgw.placement.rules import pick_gpus, shard_refusal
+from llmgw.placement.rules import pick_gpus
 from llmgw.placement.scheduler import Inventory, place
 from llmgw.placement.types import RACK, READY, GpuView, NodeView, Placement, Profile, Reason
+from llmgw.placement.verdicts import shard_refusal
 from llmgw.units import GiB
 
 CLASSES = ["H100", "A100"]

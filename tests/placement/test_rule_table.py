@@ -8,9 +8,10 @@ from __future__ import annotations
 import grimp
 
 from llmgw.placement.node_state import NodeState, Refusal
-from llmgw.placement.rules import RULES, Gpus, Rule, registered, static_key
+from llmgw.placement.rules import RULES, Gpus, Rule
 from llmgw.placement.scheduler import Inventory, headroom, place
 from llmgw.placement.types import Code, NodeView, Profile
+from llmgw.placement.verdicts import registered, static_key
 
 from .helpers import gpu_node
 

@@ -14,10 +14,11 @@ from llmgw.locations import label as level_label
 from llmgw.placement import spread
 from llmgw.placement.claims import apply_to_views
 from llmgw.placement.node_state import NodeState
-from llmgw.placement.rules import pick_gpus, shard_refusal
+from llmgw.placement.rules import pick_gpus
 from llmgw.placement.scheduler import Inventory
 from llmgw.placement.spread import Groups
 from llmgw.placement.types import SPREAD_LEVELS, GpuView, NodeView, Profile
+from llmgw.placement.verdicts import shard_refusal
 from llmgw.units import GiB
 
 MODELS = ["m0", "m1", "m2"]
