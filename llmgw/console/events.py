@@ -45,11 +45,13 @@ def hold_changed(domain: str, held: bool) -> None:
 class _Coalesced:
     """Placements come hundreds a second in a burst; the pages need to hear
     once that models and these nodes changed, not once a placement. The
-    first event of a burst starts a short timer; what the burst touched is
-    sent when it fires, off the placing thread (which never waits on the
-    channel layer)."""
+    first event of a burst starts a short timer; when it fires, one message
+    names the nodes the burst touched (None: more than a page would check),
+    sent off the placing thread, which never waits on the channel layer.
+    A message per node cost the placing process 2 ms of CPU a placement."""
 
     AFTER_S = 0.25
+    MOST_NODES = 200
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -67,9 +69,7 @@ class _Coalesced:
     def flush(self) -> None:
         with self.lock:
             nodes, self.nodes, self.timer = sorted(self.nodes), set(), None
-        _send("models changed", nodes=nodes)
-        for node in nodes:
-            _send("node changed", node=node)
+        _send("models changed", nodes=nodes if len(nodes) <= self.MOST_NODES else None)
 
 
 _placements = _Coalesced()

@@ -176,6 +176,9 @@
 
   refresh().then(drawHistory);
   setInterval(() => { drawHistory(); drawGpuCharts(); }, 60000);
-  LG.live(["node changed", "fabric changed", "nvlink changed"], 10000, (ev) =>
-    ev === "poll" || !ev.node || ev.node === name ? refresh() : null);
+  // "models changed" names the nodes a burst of placements touched (null: many).
+  LG.live(["node changed", "fabric changed", "nvlink changed", "models changed"], 10000, (ev) =>
+    ev === "poll" || (ev.kind === "models changed"
+      ? !ev.nodes || ev.nodes.includes(name)
+      : !ev.node || ev.node === name) ? refresh() : null);
 })();

@@ -86,4 +86,4 @@ def test_the_console_hears_a_burst_of_placements_once(dgx: Any, monkeypatch: Any
     while not sent and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(console_events._Coalesced.AFTER_S * 2)
-    assert sent == [("models changed", {"nodes": ["dgx-1"]}), ("node changed", {"node": "dgx-1"})]
+    assert sent == [("models changed", {"nodes": ["dgx-1"]})]
