@@ -57,8 +57,9 @@ TEST_DATA = $(CURDIR)/test-artifacts/embedded-db
 # other work, runs 20 min apart). Each worker has a PostgreSQL test
 # database of its own (pytest-django names it after the worker) and a
 # Redis database of its own (REDIS's number plus the worker's,
-# tests/conftest.py: 0-3 here). The tests that share a server started once (the reliability layout, the README's demo) run on
-# one worker, the largest such groups first (tests/tiers.py).
+# tests/conftest.py: 0-3 here). The tests that share a server started
+# once (the reliability layout, the README's demo) run on one worker, the
+# largest such groups first (tests/tiers.py).
 TEST_WORKERS ?= 4
 pytest: venv-test services
 	$(BIN)/python manage.py collectstatic --noinput -v0
