@@ -83,6 +83,10 @@ def replica_changed(model: str, replica: int, nodes: list[str]) -> None:
 
 
 def subscribe() -> None:
+    # Built now, at start-up: the first build imports the channel layer's
+    # backend (50 ms of CPU), which otherwise fell on the first burst of
+    # placements a process made.
+    get_channel_layer()
     events.subscribe("node_changed", node_changed)
     events.subscribe("fabric_changed", fabric_changed)
     events.subscribe("hold_changed", hold_changed)
