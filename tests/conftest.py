@@ -60,6 +60,11 @@ def own_redis_db_per_worker() -> None:
             value = getattr(settings, name)
             if (new := rewrite(value)) != value:
                 setattr(settings, name, new)
+    # A channel layer built at start-up (the console's, in its ready()) holds
+    # the old URL: the next get_channel_layer() builds it again from these.
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
