@@ -65,10 +65,13 @@ def release(domain: str) -> str:
 
 def record_progress(hold: Hold, progress: str, moving: dict[str, Any] | None) -> None:
     """What draining the held domain has done and is moving now (serving
-    drains; the hold is facility's row)."""
+    drains; the hold is facility's row). It is said every reconciler tick,
+    mostly the same again: only a change is told."""
+    changed = (hold.progress, hold.moving) != (progress, moving)
     hold.progress, hold.progress_at, hold.moving = progress, timezone.now(), moving
     hold.save(update_fields=["progress", "progress_at", "moving"])
-    events.publish("hold_changed", domain=hold.domain, held=True)
+    if changed:
+        events.publish("hold_changed", domain=hold.domain, held=True)
 
 
 @atomic

@@ -87,3 +87,13 @@ def test_the_console_hears_a_burst_of_placements_once(dgx: Any, monkeypatch: Any
         time.sleep(0.05)
     time.sleep(console_events._Coalesced.AFTER_S * 2)
     assert sent == [("models changed", {"nodes": ["dgx-1"]})]
+
+
+def test_a_drain_progress_said_again_unchanged_tells_nobody(dgx: Any, heard: Any) -> None:  # noqa: F811
+    inventory.set_labels("dgx-1", {"llmgw.io/rack": "r01"}, "ops")
+    held = facility.hold("rack=r01", "PDU work", True, "ops")
+    heard.clear()
+    for _ in range(3):  # as the reconciler says it every tick
+        facility.record_progress(held, "drained: nothing runs in rack r01", None)
+    facility.record_progress(held, "moving one replica", {"old": 1})
+    assert [k for k, _ in heard] == ["hold_changed", "hold_changed"]
