@@ -26,6 +26,14 @@ class ShardCount(NamedTuple):
     shards: int
 
 
+class ReplicaShard(NamedTuple):
+    node: int
+    replica: int
+    model: str
+    state: str
+    gpus: tuple[int, ...]
+
+
 class Reader(Protocol):
     def declared_watts(self, nodes: Collection[int] | None) -> dict[int, float]:
         """Node pk -> watts its shards' profiles declare (profiles that say),
@@ -43,6 +51,10 @@ class Reader(Protocol):
     def claimed_gpus(self, nodes: Collection[int] | None) -> list[tuple[int, int]]:
         """(node pk, GPU index) of every claimed card, for these nodes or
         every node (None)."""
+
+    def replica_shards(self, nodes: Collection[int] | None) -> list[ReplicaShard]:
+        """Each shard on these nodes or every node (None): its node, its
+        replica, the replica's model and state, and the GPU indices it holds."""
 
 
 _reader: list[Reader] = []

@@ -7,7 +7,7 @@ from collections.abc import Collection
 
 from django.db.models import Count
 
-from llmgw.holdings import ShardCount
+from llmgw.holdings import ReplicaShard, ShardCount
 from llmgw.serving.models import GpuClaim, Replica, Shard
 
 
@@ -51,3 +51,15 @@ class Holdings:
         if nodes is not None:
             claims = claims.filter(node_id__in=list(nodes))
         return list(claims.values_list("node_id", "index"))
+
+    def replica_shards(self, nodes: Collection[int] | None) -> list[ReplicaShard]:
+        shards = Shard.objects.all()
+        if nodes is not None:
+            shards = shards.filter(node_id__in=list(nodes))
+        rows = shards.order_by("replica_id", "rank").values_list(
+            "node_id", "replica_id", "replica__model__name", "replica__state", "gpu_indices"
+        )
+        return [
+            ReplicaShard(node, replica, model, state, tuple(gpus or ()))
+            for node, replica, model, state, gpus in rows
+        ]
