@@ -31,6 +31,17 @@
     },
   };
 
+  // A moment as "3 min ago", its date, time and zone on hover (a bare
+  // "11:47" says neither which day nor whose clock).
+  function full(iso) {
+    return new Date(iso).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "long" });
+  }
+  function when(iso, prefix) {
+    if (!iso) return document.createTextNode(DASH);
+    const s = Math.max(0, (Date.now() - new Date(iso).getTime()) / 1000);
+    return el("time", { datetime: iso, title: full(iso) }, `${prefix || ""}${fmt.age(s)} ago`);
+  }
+
   function csrf() {
     const m = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
     return m ? decodeURIComponent(m[1]) : "";
@@ -113,5 +124,5 @@
     return run;
   }
 
-  window.LG = { fmt, known, request, getJSON, el, meter, live, DASH };
+  window.LG = { fmt, known, request, getJSON, el, meter, live, when, full, DASH };
 })();
