@@ -103,6 +103,9 @@ class PlacementRecord(models.Model):  # type: ignore[misc]  # Django ships no ty
     explanation = models.JSONField(default=dict)
 
 
+LIMIT_FIELDS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests")
+
+
 class ApiKey(models.Model):  # type: ignore[misc]  # Django ships no types
     """A key for the OpenAI-compatible gateway (/v1/).
 
@@ -127,6 +130,11 @@ class ApiKey(models.Model):  # type: ignore[misc]  # Django ships no types
     revoked_at = models.DateTimeField(null=True, blank=True)
     # Written by the gateway at most once a minute per key.
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # Limits the gateway enforces across all its processes (Redis); null is
+    # no limit. Tokens are charged from the engines' reported usage.
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    max_concurrent_requests = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["name", "created_at"]
@@ -135,8 +143,40 @@ class ApiKey(models.Model):  # type: ignore[misc]  # Django ships no types
                 fields=["name"],
                 condition=models.Q(revoked_at__isnull=True),
                 name="one_active_key_per_name",
-            )
+            ),
+            # Zero would be a key that can do nothing: revoke it instead.
+            *(
+                models.CheckConstraint(
+                    condition=models.Q(**{f"{field}__isnull": True})
+                    | models.Q(**{f"{field}__gte": 1}),
+                    name=f"apikey_{field}_positive",
+                )
+                for field in LIMIT_FIELDS
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class KeyUsage(models.Model):  # type: ignore[misc]  # Django ships no types
+    """Tokens a key used on a model since the key was made, from the
+    engines' `usage`. Added to by the gateway processes in batches, a few
+    seconds apart (llmgw.serving.gateway.usage), never row by request. The
+    model is the name the client asked for, kept if the model is deleted."""
+
+    api_key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="usage")
+    model = models.CharField(max_length=255)
+    requests = models.PositiveBigIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["api_key", "model"]
+        constraints = [
+            models.UniqueConstraint(fields=["api_key", "model"], name="one_usage_row_per_key_model")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.api_key_id} {self.model}"
