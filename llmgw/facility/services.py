@@ -14,7 +14,7 @@ from llmgw.database.atomic import atomic
 from llmgw.facility import domains, power
 from llmgw.facility.models import DRAINED, Budget, Hold
 from llmgw.inventory.models import Node
-from llmgw.locations import LEVELS
+from llmgw.locations import LEVELS, TREE
 
 
 class FacilityError(Exception):
@@ -135,11 +135,16 @@ def overview() -> dict[str, Any]:
         Node.objects.only("name", "agent_labels", "operator_labels", "gpu_telemetry", "sensors")
     )
     rows: dict[str, dict[str, Any]] = {}
+    above: dict[str, list[str]] = {}
     for n in nodes:
         d = declared.get(n.pk)
         nf = facility.for_node(n)
         figures = (d, nf.derived_w, nf.measured_w)
-        for key in domains.keys_of(n.name, n.labels):
+        draw = power.largest(*figures)
+        source = _source(figures, draw)
+        keys = domains.keys_of(n.name, n.labels)
+        tree = [k for k in keys[:-1] if k.partition("=")[0] in TREE]
+        for key in keys:
             named = "=" in key
             if not named and key not in facility.holds and key not in facility.budgets:
                 continue
@@ -148,11 +153,14 @@ def overview() -> dict[str, Any]:
             for name, value in zip(("declared_w", "derived_w", "measured_w"), figures, strict=True):
                 if value is not None:
                     row[name] = (row[name] or 0.0) + value
-            draw = power.largest(*figures)
             if draw is None:
                 row["unknown_nodes"] += 1
             else:
                 row["draw_w"] = (row["draw_w"] or 0.0) + draw
+                row["draw_from"][source] += 1
+            mine = _tree_above(key, tree)
+            common = above.get(key)
+            above[key] = mine if common is None else [k for k in common if k in mine]
     # Held or capped domains no node is in any longer still show.
     for key in set(facility.holds) | set(facility.budgets):
         rows.setdefault(key, _row(key, facility))
@@ -164,7 +172,26 @@ def overview() -> dict[str, Any]:
             if row[name] is not None:
                 row[name] = round(row[name], 1)
         row["over_cap_w"] = over_cap(row["draw_w"], row["cap_w"])
+        # The deepest site, room, row or rack holding every node of this
+        # one (a PDU sits beside the tree, so under the rack that holds it
+        # whole, if one does); None at the top, or when nodes disagree.
+        common = above.get(row["domain"]) or [None]
+        row["parent"] = common[-1]
     return {"domains": listed, "levels": list(LEVELS)}
+
+
+def _tree_above(key: str, tree: list[str]) -> list[str]:
+    """The node's site, room, row and rack keys above this domain of it."""
+    return tree[: tree.index(key)] if key in tree else tree
+
+
+def _source(figures: tuple[float | None, float | None, float | None], draw: float | None) -> str:
+    """Which figure a node's draw is, its largest; a tie goes to the reading."""
+    declared, derived, measured = figures
+    for name, value in (("measured", measured), ("derived", derived), ("declared", declared)):
+        if value is not None and value == draw:
+            return name
+    return ""
 
 
 def _row(key: str, facility: Facility) -> dict[str, Any]:
@@ -182,6 +209,9 @@ def _row(key: str, facility: Facility) -> dict[str, Any]:
         "measured_w": None,
         "draw_w": None,
         "unknown_nodes": 0,
+        # How many nodes' draw is each figure: measured, derived (the
+        # cards' limits) or declared (the profiles' estimate).
+        "draw_from": {"measured": 0, "derived": 0, "declared": 0},
     }
 
 
