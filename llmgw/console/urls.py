@@ -1,12 +1,13 @@
 from django.urls import path
 
-from llmgw.console import data, views
+from llmgw.console import data, facility_page, views
 
 urlpatterns = [
     path("", views.cluster, name="cluster"),
     path("nodes/<str:name>", views.node, name="console-node"),
     path("held", views.held, name="console-held"),
     path("gpus", views.gpus, name="console-gpus"),
+    path("facility", facility_page.facility, name="console-facility"),
     path("console/api/nodes/<str:name>", data.node_detail, name="console-node-data"),
     path("console/api/gpus", data.fleet_gpus, name="console-gpus-data"),
     path("console/api/ports", data.port_counters, name="console-ports-data"),
