@@ -175,8 +175,8 @@ def overview() -> dict[str, Any]:
         # The deepest site, room, row or rack holding every node of this
         # one (a PDU sits beside the tree, so under the rack that holds it
         # whole, if one does); None at the top, or when nodes disagree.
-        common = above.get(row["domain"]) or [None]
-        row["parent"] = common[-1]
+        common = above.get(row["domain"])
+        row["parent"] = common[-1] if common else None
     return {"domains": listed, "levels": list(LEVELS)}
 
 
