@@ -2,16 +2,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmgw import holdings
 from llmgw.inventory.cards import NODE_FIELDS, CardView, card_views
 from llmgw.inventory.models import Node
 from llmgw.nvlink import domains
 
 
 def node_cards() -> list[dict[str, Any]]:
-    """Each node with cards: its name, IMEX and its cards' views."""
+    """Each node with cards: its pk, name, IMEX and its cards' views."""
     nodes = list(Node.objects.only(*NODE_FIELDS, "imex"))
     cards = card_views(nodes)
-    return [{"name": n.name, "imex": n.imex, "gpus": cards[n.pk]} for n in nodes if cards[n.pk]]
+    return [
+        {"pk": n.pk, "name": n.name, "imex": n.imex, "gpus": cards[n.pk]}
+        for n in nodes
+        if cards[n.pk]
+    ]
+
+
+def replicas_by_node(pks: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """Node pk -> the replicas its shards serve, asked of serving
+    (llmgw/holdings.py): which model, which replica, which of its GPUs."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for s in holdings.reader().replica_shards(pks):
+        out.setdefault(s.node, []).append(
+            {"id": s.replica, "model": s.model, "state": s.state, "gpus": list(s.gpus)}
+        )
+    return out
 
 
 def card_row(card: CardView) -> dict[str, Any]:
@@ -30,6 +46,8 @@ def overview() -> dict[str, Any]:
     nodes = node_cards()
     built = domains.build(nodes)
     imex = {n["name"]: n["imex"] for n in nodes}
+    pk = {n["name"]: n["pk"] for n in nodes}
+    replicas = replicas_by_node([pk[t.node] for d in built.values() for t in d.trays])
     out = []
     for did, domain in sorted(built.items()):
         cluster, _, clique = did.partition("/")
@@ -46,6 +64,7 @@ def overview() -> dict[str, Any]:
                         "imex": imex.get(t.node),
                         "held_out_because": t.reasons,
                         "gpus": [card_row(c) for c in t.cards],
+                        "replicas": replicas.get(pk[t.node], []),
                     }
                     for t in sorted(domain.trays, key=lambda t: t.node)
                 ],
