@@ -96,6 +96,24 @@ def _histograms(reports: list[dict[str, Any]]) -> Iterator[Metric]:
         yield family
 
 
+def _routing(reports: list[dict[str, Any]]) -> Metric:
+    counts: dict[tuple[str, str], int] = {}
+    for report in reports:
+        for model, policies in (report.get("routing") or {}).items():
+            for policy, value in policies.items():
+                counts[(model, policy)] = counts.get((model, policy), 0) + value
+    family = CounterMetricFamily(
+        "llmgw_gateway_routing_decisions",
+        "Requests routed, by the policy that chose the replica: prefix (the longest prompt "
+        "start a replica lately saw), load (no replica had seen any), balance (those that "
+        "had were busier than the spread allows)",
+        labels=["model", "policy"],
+    )
+    for (model, policy), value in sorted(counts.items()):
+        family.add_metric([model, policy], value)
+    return family
+
+
 class GatewayCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         reports = load.reports()
@@ -144,4 +162,5 @@ class GatewayCollector(Collector):
         yield depth
         yield in_flight
         yield requests
+        yield _routing(reports)
         yield from _histograms(reports)

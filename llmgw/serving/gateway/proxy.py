@@ -88,6 +88,7 @@ class Proxy:
             return
         # None when the engine does not export a queue: unknown from now on.
         up.engine_queue, up.scraped_at = parse_queue_depth(text), time.monotonic()
+        self.router.affinity.scraped(up, text)
 
     async def forward(
         self, model: str, path: str, body: bytes, stream: bool, send: Send, state: dict[str, Any]
@@ -99,7 +100,8 @@ class Proxy:
         tried: list[Upstream] = []
         failure: Failure = "no replica answered"
         fresh_connection_tried = False
-        while (up := self.router.pick(model, tried)) is not None:
+        hashes = self.router.affinity.hashes(path.partition("?")[0], body)
+        while (up := self.router.pick(model, tried, hashes)) is not None:
             if tried:
                 self.retries += 1
             tried.append(up)

@@ -4,7 +4,9 @@ A replica's load is the gateway's own count of requests in flight to it
 plus the queue its engine last reported (scraped from /metrics off the
 request path), the latter ignored once older than `stale_s`: a number
 nobody refreshed is unknown, not zero and not what it once was. The least
-loaded replica wins, ties broken at random so that equal replicas share.
+loaded replica wins, ties broken at random so that equal replicas share;
+or, for a prompt, the replica that lately saw the longest start of it while
+its load is close to the least (affinity.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from llmgw.serving.gateway.affinity import Affinity
 from llmgw.serving.gateway.snapshot import Route
 
 # The engines' own count of requests waiting for a slot.
@@ -76,8 +79,9 @@ def parse_queue_depth(text: str) -> float | None:
 
 
 class Router:
-    def __init__(self, stale_s: float = 15.0) -> None:
+    def __init__(self, stale_s: float = 15.0, affinity: Affinity | None = None) -> None:
         self.stale_s = stale_s
+        self.affinity = affinity or Affinity.from_settings()
         self.models: frozenset[str] = frozenset()
         self.table: dict[str, list[Upstream]] = {}
         self.loaded = False
@@ -92,17 +96,37 @@ class Router:
             )
             table.setdefault(r.model, []).append(up)
         self.models, self.table, self.loaded = models, table, True
+        # A replica gone, or back under another URL, holds no prefix of ours.
+        self.affinity.retain(u for ups in table.values() for u in ups)
 
     def upstreams(self) -> list[Upstream]:
         return [u for ups in self.table.values() for u in ups]
 
-    def pick(self, model: str, tried: list[Upstream] | None = None) -> Upstream | None:
+    def pick(
+        self, model: str, tried: list[Upstream] | None = None, hashes: list[int] | None = None
+    ) -> Upstream | None:
+        """The replica for a request; `hashes`, its prompt's blocks (affinity.py)."""
+        up = self._pick(model, tried, hashes)
+        if up is not None and hashes:
+            self.affinity.record(up, hashes)
+        return up
+
+    def _pick(
+        self, model: str, tried: list[Upstream] | None, hashes: list[int] | None
+    ) -> Upstream | None:
         candidates = self.table.get(model)
         if not candidates:
             return None
         if len(candidates) == 1 and not tried:
+            self.affinity.count(model, "load")
             return candidates[0]
         now = time.monotonic()
+        if not tried:
+            # A retry goes by load alone: the replica it left may hold the prefix.
+            live = [u for u in candidates if u.down_until <= now]
+            chosen = self.affinity.prefer(model, live, hashes, lambda u: u.load(now, self.stale_s))
+            if chosen is not None:
+                return chosen
         best: list[Upstream] = []
         best_key = (True, 0.0)
         for up in candidates:
