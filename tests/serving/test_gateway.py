@@ -165,8 +165,11 @@ def test_a_replica_that_is_not_ready_gets_nothing(gateway_server, engines):
     replica("tiny", loading.url, state=ReplicaState.LOADING)
     oa = client(gateway_server, key("tiny"))
     gateway_server.refresh()
-    with pytest.raises(openai.InternalServerError):
+    # The request waits for the replica to be ready (flow.py), then gives up.
+    gateway_server.gateway.flow.wait_s = 0.5
+    with pytest.raises(openai.InternalServerError) as waited:
         oa.chat.completions.create(model="tiny", messages=MESSAGES)
+    assert waited.value.status_code == 503 and waited.value.code == "queue_timeout"
     assert loading.hits == 0
 
 

@@ -1,8 +1,9 @@
 """The gateway's ASGI app: authenticate, route, proxy.
 
 Per request: a SHA-256 and a dictionary lookup for the key (keys.py), a
-partial JSON decode for "model" and "stream" (body.py), the least loaded
-ready replica, and aiohttp to the engine (proxy.py).
+partial JSON decode for "model" and "stream" (body.py), a turn (flow.py:
+at once while the model has room, else a wait in its queue), the least
+loaded ready replica, and aiohttp to the engine (proxy.py).
 
 A client that hangs up cancels the task, which closes the engine
 connection, so the engine stops generating for nobody.
@@ -20,11 +21,13 @@ from typing import Any
 
 import aiohttp
 import msgspec
+from django.conf import settings
 
 from llmgw.serving.gateway import load, metrics, snapshot
 from llmgw.serving.gateway.asgi import ASGIApp, Receive, Scope, Send
 from llmgw.serving.gateway.body import read_request
 from llmgw.serving.gateway.errors import send_error, send_json
+from llmgw.serving.gateway.flow import Admission, Flow, turn_away
 from llmgw.serving.gateway.keys import KeyTable
 from llmgw.serving.gateway.proxy import Proxy
 from llmgw.serving.gateway.routing import Router
@@ -77,6 +80,11 @@ class Gateway:
             ),
         )
         self.keys = KeyTable(self._in_db_thread)
+        self.flow = Flow(
+            settings.GATEWAY_REPLICA_CONCURRENCY,
+            settings.GATEWAY_QUEUE_LENGTH,
+            float(settings.GATEWAY_QUEUE_WAIT_S),
+        )
         self.created: dict[str, int] = {}
         # Per model, per status: this process's answers since it started.
         self.requests: dict[str, dict[str, int]] = {}
@@ -171,8 +179,11 @@ class Gateway:
 
     async def refresh_routes(self) -> None:
         models, routes = await self._in_db_thread(snapshot.load_routes_now)
+        coming = await self._in_db_thread(snapshot.load_coming)
         self.created = models
         self.router.update(frozenset(models), routes)
+        # Then the queues move, onto the replicas that just became ready.
+        self.flow.update(self.router.table, coming)
 
     async def scrape(self) -> None:
         await self.proxy.scrape()
@@ -192,11 +203,14 @@ class Gateway:
         for _, counts in self._refusals:
             for model, count in counts.items():
                 depth[model] = depth.get(model, 0.0) + count
+        # Requests waiting in this process's queues are load like any other:
+        # with no replica they place the first one.
+        for model, count in self.flow.depths().items():
+            depth[model] = depth.get(model, 0.0) + count
         requests = {m: dict(codes) for m, codes in self.requests.items()}
         latency = metrics.latency_report(self.durations, self.first_bytes)
-        routing = {m: dict(p) for m, p in self.router.affinity.decisions.items()}
         await self._in_db_thread(
-            load.publish, depth, self.router.in_flight(), requests, None, latency, routing
+            load.publish, depth, self.router.in_flight(), requests, None, latency
         )
         if self._used_keys and now - self._touched_at >= 60:
             used, self._used_keys = self._used_keys, set()
@@ -302,23 +316,21 @@ class Gateway:
         if not key.allows(model) or (model not in router.models and model not in router.table):
             await send_error(send, 404, *_not_found(model), param="model")
             return
-        if not router.table.get(model):
-            self._refused[model] = self._refused.get(model, 0) + 1
-            self._count(model, 503, started)
-            await send_error(
-                send,
-                503,
-                f"The model `{model}` has no ready replica right now; retry shortly.",
-                "server_error",
-                "no_ready_replica",
-                headers=[(b"retry-after", str(RETRY_AFTER_S).encode())],
-            )
+        admission = await self.flow.admit(model, receive)
+        if admission is not Admission.GO:
+            if admission is not Admission.GONE:
+                self._refused[model] = self._refused.get(model, 0) + 1
+            status = await turn_away(send, model, admission, RETRY_AFTER_S)
+            self._count(model, status, started)
             return
-        self._used_keys.add(key.id)
-        path = scope["path"]
-        if scope.get("query_string"):
-            path += "?" + scope["query_string"].decode("latin-1")
-        await self._forward(model, path, body, bool(head.stream), receive, send, started)
+        try:
+            self._used_keys.add(key.id)
+            path = scope["path"]
+            if scope.get("query_string"):
+                path += "?" + scope["query_string"].decode("latin-1")
+            await self._forward(model, path, body, bool(head.stream), receive, send, started)
+        finally:
+            self.flow.release(model)
 
     async def _forward(
         self,

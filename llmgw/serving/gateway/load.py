@@ -9,9 +9,11 @@ figures go to a file-based cache in the data directory instead.
 
 Depth per model: requests waiting in the engines' queues (or, where a
 replica's queue is unknown, the gateway's own requests still waiting for a
-first byte), plus the requests refused in the last few seconds (the
-retry-after the clients were given) because no replica was ready: with no
-replica, the demand is the load, and it places the first one.
+first byte), plus those waiting in the process's own queue for a free or a
+first replica (flow.py), plus the requests refused in the last few seconds
+(the retry-after the clients were given): with no replica, the demand is
+the load, and it places the first one. Each process reports only its own
+queue, so the sum over processes counts each waiting request once.
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ def publish(
     requests: dict[str, dict[str, int]],
     process: str | None = None,
     latency: dict[str, Any] | None = None,
-    routing: dict[str, dict[str, int]] | None = None,
 ) -> None:
     process = process or process_id()
     now = time.time()
@@ -64,7 +65,6 @@ def publish(
             "in_flight": in_flight,
             "requests": requests,
             "latency": latency,
-            "routing": routing,
         },
         timeout=int(FRESH_S * 4),
     )

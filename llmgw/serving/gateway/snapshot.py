@@ -110,6 +110,21 @@ def load_routes_now() -> tuple[dict[str, int], tuple[Route, ...]]:
     return load_routes()
 
 
+# A replica in these states may yet become ready: a request may wait for it.
+_COMING = (ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.LOADING)
+
+
+def load_coming() -> frozenset[str]:
+    """The models a ready replica may come to: held by the catalog (always
+    or under load, which the gateway's own queue can trigger), or with a
+    replica on its way. A request for any other model with no ready replica
+    is answered 503 at once: nothing would come of its waiting."""
+    held = Model.objects.filter(Q(always_running__gt=0) | Q(under_load__gt=0))
+    placed = Model.objects.filter(replicas__state__in=_COMING)
+    names = held.values_list("name", flat=True).union(placed.values_list("name", flat=True))
+    return frozenset(names)
+
+
 def touch_keys(ids: Iterable[int], older_than_s: float = 60.0) -> int:
     """last_used_at, written at most once a minute per key: a busy key must
     not turn every request into an UPDATE."""
