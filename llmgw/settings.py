@@ -270,6 +270,15 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(2621440, AGENT_MAX_PAYLOAD_BYTES)
 GATEWAY_REPLICA_CONCURRENCY = env.integer("LLMGW_GATEWAY_REPLICA_CONCURRENCY", 64, minimum=1)
 GATEWAY_QUEUE_LENGTH = env.integer("LLMGW_GATEWAY_QUEUE_LENGTH", 100, minimum=0)
 GATEWAY_QUEUE_WAIT_S = env.integer("LLMGW_GATEWAY_QUEUE_WAIT_S", 120, minimum=0)
+# The gateway's prefix-aware routing (serving/gateway/affinity.py): off, it
+# routes on load alone. Each web process remembers, per replica, at most
+# LLMGW_GATEWAY_PREFIX_BLOCKS blocks of 256 prompt bytes (default 16384: the
+# last 4 MiB of prompts, in about 2 MB of memory); a replica is chosen for
+# its prefix while its load is at most LLMGW_GATEWAY_PREFIX_SPREAD requests
+# above the least loaded replica's (default 4).
+GATEWAY_PREFIX_ROUTING = env.boolean("LLMGW_GATEWAY_PREFIX_ROUTING", True)
+GATEWAY_PREFIX_BLOCKS = env.integer("LLMGW_GATEWAY_PREFIX_BLOCKS", 16384, minimum=1)
+GATEWAY_PREFIX_SPREAD = env.integer("LLMGW_GATEWAY_PREFIX_SPREAD", 4, minimum=0)
 # A node is NotReady once this many heartbeat intervals have passed silently.
 MISSED_HEARTBEATS_NOT_READY = env.integer("LLMGW_MISSED_HEARTBEATS", 3, minimum=1)
 # A measurement older than this is left out of /metrics rather than repeated.

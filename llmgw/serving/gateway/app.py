@@ -209,8 +209,9 @@ class Gateway:
             depth[model] = depth.get(model, 0.0) + count
         requests = {m: dict(codes) for m, codes in self.requests.items()}
         latency = metrics.latency_report(self.durations, self.first_bytes)
+        routing = {m: dict(p) for m, p in self.router.affinity.decisions.items()}
         await self._in_db_thread(
-            load.publish, depth, self.router.in_flight(), requests, None, latency
+            load.publish, depth, self.router.in_flight(), requests, None, latency, routing
         )
         if self._used_keys and now - self._touched_at >= 60:
             used, self._used_keys = self._used_keys, set()

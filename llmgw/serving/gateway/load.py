@@ -53,6 +53,7 @@ def publish(
     requests: dict[str, dict[str, int]],
     process: str | None = None,
     latency: dict[str, Any] | None = None,
+    routing: dict[str, dict[str, int]] | None = None,
 ) -> None:
     process = process or process_id()
     now = time.time()
@@ -65,6 +66,7 @@ def publish(
             "in_flight": in_flight,
             "requests": requests,
             "latency": latency,
+            "routing": routing,
         },
         timeout=int(FRESH_S * 4),
     )
