@@ -7,7 +7,6 @@ import argparse
 import json
 from typing import Any
 
-from llmgw.cli import ctl_explain
 from llmgw.cli.ctl_client import DASH, Api, CtlError, table
 from llmgw.units import GiB, format_bytes
 
@@ -30,7 +29,7 @@ def cmd_models(api: Api, args: argparse.Namespace) -> str:
     return table(["MODEL", "READY/REPLICAS", "ALWAYS", "UNDER_LOAD", "PROFILES"], rows)
 
 
-# Nodes named a reason unless --all: each reason says how many in all.
+# Nodes sent a reason unless --all (the server names three): each reason says how many in all.
 EXPLAIN_NODES = 3
 
 
@@ -42,7 +41,8 @@ def cmd_explain(api: Api, args: argparse.Namespace) -> str:
     if args.all:
         # The server renders the explanation; --all prints its lines, a node a line.
         return "\n".join(data["lines"])
-    return "\n".join(ctl_explain.grouped(data))
+    # Each reason once, its nodes counted and the first few named, as the server groups them.
+    return "\n".join(data["grouped"])
 
 
 def cmd_headroom(api: Api, args: argparse.Namespace) -> str:

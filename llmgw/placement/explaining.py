@@ -14,6 +14,8 @@ from typing import Any
 from llmgw.units import format_bytes
 
 DASH = "-"
+# Nodes a grouped explanation names for a reason; each reason says how many in all.
+NAMED = 3
 
 
 def lines(data: dict[str, Any]) -> list[str]:
@@ -45,11 +47,9 @@ def decision_lines(data: dict[str, Any]) -> list[str]:
 def attempt_lines(data: dict[str, Any]) -> list[str]:
     out = []
     for attempt in data.get("attempts", []):
-        verdict = "placed" if attempt["placed"] else "does not fit"
-        out.append(f"profile {attempt['profile']} (priority {attempt['priority']}): {verdict}")
+        out.append(attempt_header(attempt))
         for reason in attempt["reasons"]:
-            count = f"{reason['count']} node" + ("" if reason["count"] == 1 else "s")
-            out.append(f"  {reason['summary']} ({count}, {reason['code']}):")
+            out.append(f"  {reason['summary']} ({nodes(reason['count'])}, {reason['code']}):")
             out.extend(f"    {n['message']}" for n in reason["nodes"])
             hidden = reason["count"] - len(reason["nodes"])
             if hidden > 0:
@@ -78,3 +78,50 @@ def shortened(data: dict[str, Any], most: int) -> dict[str, Any]:
         if text.endswith(full):
             short["text"] = text[: len(text) - len(full)] + "\n".join(attempt_lines(short))
     return {**short, "lines": heading + lines(short)}
+
+
+def grouped(data: dict[str, Any]) -> dict[str, Any]:
+    """The explanation with its reasons said once each: `heading`, the
+    lines before the profiles tried (when it was made, what became of its
+    replica, where it went), and `grouped`, the heading then each profile's
+    reasons with how many nodes, the first few named and one node's own
+    words. At 18 GB200 trays refused for one reason, a line per tray was
+    eighteen lines saying one thing. `llmgw ctl explain` prints `grouped`
+    and the console draws the same reasons (`attempts[].reasons`, grouped
+    by their code, never by their words); `lines` keeps every node."""
+    rendered, every = data["lines"], attempt_lines(data)
+    if rendered[len(rendered) - len(every) :] != every:
+        # Lines that end otherwise (a placement's own answer): as they are.
+        return {**data, "heading": rendered, "grouped": rendered}
+    heading = rendered[: len(rendered) - len(every)]
+    out = list(heading)
+    hidden = False
+    for attempt in data.get("attempts", []):
+        out.append(attempt_header(attempt))
+        for reason in attempt["reasons"]:
+            out += reason_lines(reason)
+            hidden = hidden or reason["count"] > NAMED
+    if not data.get("attempts"):
+        out.append("no profiles to place")
+    if hidden:
+        out.append(f"every node on a line of its own: llmgw ctl explain {data['model']} --all")
+    return {**data, "heading": heading, "grouped": out}
+
+
+def attempt_header(attempt: dict[str, Any]) -> str:
+    verdict = "placed" if attempt["placed"] else "does not fit"
+    return f"profile {attempt['profile']} (priority {attempt['priority']}): {verdict}"
+
+
+def reason_lines(reason: dict[str, Any]) -> list[str]:
+    shown = [n["node"] for n in reason["nodes"][:NAMED]]
+    hidden = reason["count"] - len(shown)
+    names = ", ".join(shown) + (f" and {hidden} more" if hidden > 0 else "")
+    out = [f"  {nodes(reason['count'])}: {reason['summary']} ({reason['code']}): {names}"]
+    if reason["nodes"]:
+        out.append(f"    e.g. {reason['nodes'][0]['message']}")
+    return out
+
+
+def nodes(count: int) -> str:
+    return f"{count} node" + ("" if count == 1 else "s")

@@ -23,7 +23,7 @@ from llmgw.inventory.api import filters
 from llmgw.inventory.api.views import FILTERS as NODE_FILTERS
 from llmgw.inventory.models import Node
 from llmgw.placement import services as placement
-from llmgw.placement.explaining import shortened
+from llmgw.placement.explaining import grouped, shortened
 from llmgw.serving import placing, weights
 from llmgw.serving import services as serving
 from llmgw.serving.api.serializers import ModelSerializer
@@ -41,8 +41,13 @@ class ModelViewSet(ActionRoles, viewsets.GenericViewSet):  # type: ignore[misc] 
         if self.action in ("explain", "headroom", "place"):
             # Only to answer 404: the services read what they need.
             return Model.objects.all()
-        return Model.objects.prefetch_related(
-            "profiles", "replicas__profile", "replicas__shards__node"
+        return (
+            Model.objects.prefetch_related(
+                "profiles", "replicas__profile", "replicas__shards__node"
+            )
+            # Each model's held summary reads these; a record's explanation is explain's.
+            .select_related("held_state", "last_placement")
+            .defer("last_placement__explanation")
         )
 
     @extend_schema(parameters=NODE_FILTERS)
@@ -78,8 +83,9 @@ class ModelViewSet(ActionRoles, viewsets.GenericViewSet):  # type: ignore[misc] 
                 body.validated_data.get("under_load"),
             )
         except serving.CountRefused as refused:
+            ex = refused.explanation
             return Response(
-                {"detail": str(refused), "explanation": refused.explanation},
+                {"detail": str(refused), "explanation": grouped(ex) if ex else ex},
                 status=status.HTTP_409_CONFLICT,
             )
         return self.retrieve(request, name)
@@ -105,7 +111,8 @@ class ModelViewSet(ActionRoles, viewsets.GenericViewSet):  # type: ignore[misc] 
                 status=status.HTTP_400_BAD_REQUEST,
             )
         data = placing.explain(name)
-        return Response(data if most == "all" else shortened(data, int(most)))
+        # Its reasons said once each (`grouped`), as ctl and the console show them.
+        return Response(grouped(data if most == "all" else shortened(data, int(most))))
 
     @extend_schema(responses=serializers.DictField())
     @action(detail=True, methods=["get"])  # type: ignore[untyped-decorator]  # DRF ships no types

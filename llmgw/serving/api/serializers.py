@@ -13,7 +13,7 @@ from rest_framework import serializers
 from llmgw.catalog.api.serializers import ProfileSerializer
 from llmgw.catalog.models import Model
 from llmgw.locations import location
-from llmgw.serving import weights
+from llmgw.serving import held, weights
 from llmgw.serving.models import Replica
 from llmgw.units import GiB, format_bytes, format_bytes_pair
 
@@ -115,6 +115,7 @@ class ModelSerializer(serializers.ModelSerializer):  # type: ignore[misc]  # DRF
     profiles = ProfileSerializer(many=True, read_only=True)
     replicas = ReplicaSerializer(many=True, read_only=True)
     weights_by_fabric = serializers.SerializerMethodField()
+    held = serializers.SerializerMethodField()
 
     class Meta:
         model = Model
@@ -127,7 +128,13 @@ class ModelSerializer(serializers.ModelSerializer):  # type: ignore[misc]  # DRF
             "profiles",
             "replicas",
             "weights_by_fabric",
+            "held",
         ]
+
+    def get_held(self, model: Model) -> dict[str, Any]:
+        """Ready against the count held now, a word for where it stands
+        (llmgw.serving.held.STATES) and the last placement attempt."""
+        return held.summary(model)
 
     @extend_schema_field(FabricWeightsSerializer(many=True))
     def get_weights_by_fabric(self, model: Model) -> list[dict[str, Any]]:
