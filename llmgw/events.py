@@ -20,6 +20,8 @@ The events, and what each carries:
   held, released, or its drain's progress moved.
 - replica_placed, replica_released: model (its name), replica (its id),
   nodes (the names its shards are on).
+- counts_changed: model (its name), always_running, under_load: a model's
+  held counts set.
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ from django.db import transaction
 log = logging.getLogger(__name__)
 
 KINDS = frozenset(
-    {"node_changed", "fabric_changed", "hold_changed", "replica_placed", "replica_released"}
+    {
+        "node_changed",
+        "fabric_changed",
+        "hold_changed",
+        "replica_placed",
+        "replica_released",
+        "counts_changed",
+    }
 )
 
 Handler = Callable[..., None]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llmgw import holdings
+from llmgw import events, holdings
 from llmgw.catalog.loader import CatalogError, Parsed, parse
 from llmgw.catalog.models import Engine, Model, Profile
 from llmgw.database.atomic import atomic
@@ -62,6 +62,9 @@ def set_held(model: Model, always_running: int, under_load: int) -> None:
     placement can meet them, under the model's row lock)."""
     model.always_running, model.under_load = always_running, under_load
     model.save(update_fields=["always_running", "under_load", "updated_at"])
+    events.publish(
+        "counts_changed", model=model.name, always_running=always_running, under_load=under_load
+    )
 
 
 def apply_text(text: str) -> dict[str, Any]:

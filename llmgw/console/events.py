@@ -82,6 +82,11 @@ def replica_changed(model: str, replica: int, nodes: list[str]) -> None:
     _placements.add(nodes)
 
 
+def counts_changed(model: str, always_running: int, under_load: int) -> None:
+    # Models changed on no node: the held page reads it, node pages let it by.
+    _send("models changed", nodes=[], model=model)
+
+
 def subscribe() -> None:
     # Built now, at start-up: the first build imports the channel layer's
     # backend (50 ms of CPU), which otherwise fell on the first burst of
@@ -92,3 +97,4 @@ def subscribe() -> None:
     events.subscribe("hold_changed", hold_changed)
     events.subscribe("replica_placed", replica_changed)
     events.subscribe("replica_released", replica_changed)
+    events.subscribe("counts_changed", counts_changed)

@@ -97,3 +97,27 @@ def test_a_drain_progress_said_again_unchanged_tells_nobody(dgx: Any, heard: Any
         facility.record_progress(held, "drained: nothing runs in rack r01", None)
     facility.record_progress(held, "moving one replica", {"old": 1})
     assert [k for k, _ in heard] == ["hold_changed", "hold_changed"]
+
+
+def test_held_counts_are_told_to_the_held_page(dgx: Any, monkeypatch: Any) -> None:  # noqa: F811
+    from llmgw.serving import services
+
+    heard: list[dict[str, Any]] = []
+
+    def hear(**data: Any) -> None:
+        heard.append(data)
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(console_events, "_send", lambda kind, **data: sent.append((kind, data)))
+    events.subscribe("counts_changed", hear)
+    try:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            services.set_counts("one", 0, 2)
+            raise RuntimeError("undo")
+        assert heard == [] and sent == []
+        services.set_counts("one", 0, 2)
+    finally:
+        events._handlers["counts_changed"].remove(hear)
+    assert heard == [{"model": "one", "always_running": 0, "under_load": 2}]
+    # Models changed on no node: node pages let it by.
+    assert sent == [("models changed", {"nodes": [], "model": "one"})]
