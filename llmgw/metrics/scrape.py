@@ -29,6 +29,7 @@ from llmgw.inventory.models import Node
 from llmgw.metrics import agents, collectors, fabrics, facility, gpus, held, shards
 from llmgw.metrics.text import render
 from llmgw.serving.gateway.metrics import GatewayCollector
+from llmgw.serving.gateway.usage import UsageCollector
 
 MAX_SHARDS = 1024
 NODE_SERIES = (
@@ -41,6 +42,7 @@ NODE_SERIES = (
 
 _gateway = CollectorRegistry(auto_describe=False)
 _gateway.register(GatewayCollector())
+_gateway.register(UsageCollector())
 
 
 class BadShard(ValueError):

@@ -5,6 +5,11 @@ SHA-256 is stored: a fast hash is enough for a secret with that much
 entropy (no dictionary to guess from), and it lets the gateway check a key
 with one dictionary lookup and no SQL. The key itself leaves this module
 once, in the return value of `create_key`, and is never logged.
+
+A key may carry limits (requests and tokens per minute, requests at once):
+`None` is no limit, otherwise a whole number from 1 to MAX_LIMIT. The
+gateway enforces them (llmgw.serving.gateway.limits) from its next key
+table load, within a second.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from django.utils import timezone
 
 from llmgw.accounts.hashing import digest
 from llmgw.catalog.models import Model
-from llmgw.serving.models import ApiKey
+from llmgw.serving.models import LIMIT_FIELDS, ApiKey
 
 KEY_PREFIX = "sk-llmgw-"
 DISPLAY_CHARS = 14
+# The column's range (PostgreSQL integer); far above any real limit.
+MAX_LIMIT = 2_147_483_647
 
 
 class ApiKeyError(Exception):
@@ -35,10 +42,30 @@ class CreatedKey:
     key: str
 
 
+def check_limits(limits: dict[str, int | None]) -> dict[str, int | None]:
+    """The limits as given, or ApiKeyError naming the first field that is wrong."""
+    for field, value in limits.items():
+        if field not in LIMIT_FIELDS:
+            raise ApiKeyError(f"{field}: not a key limit (one of {', '.join(LIMIT_FIELDS)})")
+        if value is None:
+            continue
+        # bool is an int to Python; True is not a limit of 1.
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ApiKeyError(f"{field}: a whole number, or null for no limit")
+        if not 1 <= value <= MAX_LIMIT:
+            raise ApiKeyError(f"{field}: from 1 to {MAX_LIMIT}, or null for no limit")
+    return limits
+
+
 def create_key(
-    name: str, owner: User | None, models: Iterable[str] = (), all_models: bool = False
+    name: str,
+    owner: User | None,
+    models: Iterable[str] = (),
+    all_models: bool = False,
+    limits: dict[str, int | None] | None = None,
 ) -> CreatedKey:
     names = sorted(set(models))
+    limits = check_limits(limits or {})
     if not name.strip():
         raise ApiKeyError("a key needs a name")
     if not names and not all_models:
@@ -59,9 +86,22 @@ def create_key(
             digest=digest(key),
             owner=owner,
             all_models=all_models,
+            **limits,
         )
         api_key.allowed_models.set(found)
     return CreatedKey(api_key, key)
+
+
+def set_limits(api_key: ApiKey, limits: dict[str, int | None]) -> ApiKey:
+    """Change the limits named in `limits` (None lifts one); the others stay."""
+    check_limits(limits)
+    if api_key.revoked_at is not None:
+        raise ApiKeyError("the key is revoked; its limits no longer matter")
+    for field, value in limits.items():
+        setattr(api_key, field, value)
+    if limits:
+        api_key.save(update_fields=list(limits))
+    return api_key
 
 
 def revoke_key(api_key: ApiKey) -> ApiKey:

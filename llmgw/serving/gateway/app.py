@@ -29,9 +29,11 @@ from llmgw.serving.gateway.body import read_request
 from llmgw.serving.gateway.errors import send_error, send_json
 from llmgw.serving.gateway.flow import Admission, Flow, turn_away
 from llmgw.serving.gateway.keys import KeyTable
+from llmgw.serving.gateway.limits import Limiter, Ticket, refusal
 from llmgw.serving.gateway.proxy import Proxy
 from llmgw.serving.gateway.routing import Router
 from llmgw.serving.gateway.snapshot import KeyScope
+from llmgw.serving.gateway.usage import Meter, ask_for_usage, reported, save
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -80,6 +82,9 @@ class Gateway:
             ),
         )
         self.keys = KeyTable(self._in_db_thread)
+        # Per key: limits counted in Redis, usage saved in batches (limits.py, usage.py).
+        self.limits = Limiter(settings.REDIS_URL)
+        self.usage = Meter()
         self.flow = Flow(
             settings.GATEWAY_REPLICA_CONCURRENCY,
             settings.GATEWAY_QUEUE_LENGTH,
@@ -111,6 +116,7 @@ class Gateway:
                 return
             self._db = ThreadPoolExecutor(1, thread_name_prefix="llmgw-gateway-db")
             self.proxy.open()
+            self.limits.open()
             try:
                 await self.refresh()
             except Exception:
@@ -131,8 +137,10 @@ class Gateway:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         await self.keys.stop()
+        await self.limits.close()
         await self.proxy.close()
         if self._db is not None:
+            await self.save_usage()
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self._db, load.withdraw)
             await loop.run_in_executor(self._db, snapshot.close)
@@ -185,10 +193,23 @@ class Gateway:
         # Then the queues move, onto the replicas that just became ready.
         self.flow.update(self.router.table, coming)
 
+    async def save_usage(self) -> None:
+        """Usage since the last save, added to the database's; kept on failure."""
+        batch = self.usage.take()
+        if not batch:
+            return
+        try:
+            await self._in_db_thread(save, batch)
+        except Exception:
+            self.usage.put_back(batch)
+            raise
+
     async def scrape(self) -> None:
         await self.proxy.scrape()
 
     async def publish(self) -> None:
+        await self.limits.renew()
+        await self.save_usage()
         depth = self.router.queue_depths()
         # A refused client was told to come back in RETRY_AFTER_S: it is
         # still waiting for that long, so its request counts as load until
@@ -325,13 +346,30 @@ class Gateway:
             self._count(model, status, started)
             return
         try:
+            ticket = await self.limits.admit(key) if key.limits is not None else None
+            if ticket is not None and ticket.refused:
+                await self._over_limit(ticket, model, send, started)
+                return
             self._used_keys.add(key.id)
             path = scope["path"]
             if scope.get("query_string"):
                 path += "?" + scope["query_string"].decode("latin-1")
-            await self._forward(model, path, body, bool(head.stream), receive, send, started)
+            await self._forward(
+                model, path, body, bool(head.stream), receive, send, started, key.id, ticket
+            )
         finally:
             self.flow.release(model)
+
+    async def _over_limit(self, ticket: Ticket, model: str, send: Send, started: float) -> None:
+        self._count(model, 429, started)
+        await send_error(
+            send,
+            429,
+            refusal(ticket),
+            "tokens" if ticket.refused == "tokens" else "requests",
+            "rate_limit_exceeded",
+            headers=ticket.headers,
+        )
 
     async def _forward(
         self,
@@ -342,6 +380,8 @@ class Gateway:
         receive: Receive,
         send: Send,
         started: float,
+        key_id: int = 0,
+        ticket: Ticket | None = None,
     ) -> None:
         # The client hanging up cancels this task: the engine connection
         # closes with it and the engine stops generating.
@@ -349,6 +389,10 @@ class Gateway:
         assert task is not None
         # The proxy adds "first_at", when a replica's answer starts out.
         state: dict[str, Any] = {"done": False, "hung_up": False}
+        if stream and not path.startswith("/v1/embeddings"):
+            body, state["drop_usage"] = ask_for_usage(body)
+        if ticket is not None:
+            send = self.limits.sending(send, ticket, state)
 
         async def watch() -> None:
             while True:
@@ -371,6 +415,10 @@ class Gateway:
         finally:
             state["done"] = True
             watcher.cancel()
+            tokens = reported(state)
+            self.usage.add(key_id, model, tokens)
+            if ticket is not None:
+                await self.limits.finish(ticket, sum(tokens or ()))
             first_at = state.get("first_at")
             if first_at is not None:
                 metrics.observe(self.first_bytes, model, first_at - started)

@@ -24,8 +24,9 @@ import aiohttp
 
 from llmgw.serving.gateway.asgi import Send
 from llmgw.serving.gateway.errors import send_error, sse_error_event
-from llmgw.serving.gateway.naming import StreamRenamer, rename
+from llmgw.serving.gateway.naming import rename
 from llmgw.serving.gateway.routing import BACKOFF_S, Router, Upstream, parse_queue_depth
+from llmgw.serving.gateway.usage import StreamMeter, tokens_of
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -136,6 +137,7 @@ class Proxy:
                 up.waiting -= 1
                 waiting = False
                 if not streaming:
+                    state["usage"] = tokens_of(first)
                     if response.status < 300 and response.content_type == "application/json":
                         first = rename(first, model)
                     await _send_whole(response, first, send, state)
@@ -201,7 +203,8 @@ async def _relay(
             "headers": _content_type(response) + _STREAM_HEADERS,
         }
     )
-    renamer = StreamRenamer(model)
+    # Renamed for the client, and its usage read on the way (usage.py).
+    renamer = state["meter"] = StreamMeter(model, state.get("drop_usage", False))
     first = renamer.feed(first)
     await send({"type": "http.response.body", "body": first, "more_body": True})
     tail = first[-2:]

@@ -18,7 +18,16 @@ from django.utils import timezone
 from llmgw.catalog.models import Model
 from llmgw.inventory.choices import NodeState
 from llmgw.serving.choices import ReplicaState
-from llmgw.serving.models import ApiKey, Shard
+from llmgw.serving.models import LIMIT_FIELDS, ApiKey, Shard
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A key's limits; None is no limit of that kind."""
+
+    requests_per_minute: int | None
+    tokens_per_minute: int | None
+    max_concurrent_requests: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +36,8 @@ class KeyScope:
     name: str
     # None: every model.
     models: frozenset[str] | None
+    # None: no limit at all, and the request path asks nothing of Redis.
+    limits: Limits | None = None
 
     def allows(self, model: str) -> bool:
         return self.models is None or model in self.models
@@ -58,15 +69,20 @@ def load_keys(digests: list[str] | None = None) -> dict[str, KeyScope]:
         scopes = scopes.filter(apikey__digest__in=digests)
     # Keys before their models: a key made between the two queries is left
     # for the next load, never taken in with no models (every model 404).
-    rows = list(keys.values_list("id", "name", "digest", "all_models"))
+    rows = list(keys.values_list("id", "name", "digest", "all_models", *LIMIT_FIELDS))
     scoped: dict[int, set[str]] = {}
     for key_id, model in scopes.filter(apikey__revoked_at__isnull=True).values_list(
         "apikey_id", "model__name"
     ):
         scoped.setdefault(key_id, set()).add(model)
     return {
-        digest: KeyScope(key_id, name, None if all_models else frozenset(scoped.get(key_id, ())))
-        for key_id, name, digest, all_models in rows
+        digest: KeyScope(
+            key_id,
+            name,
+            None if all_models else frozenset(scoped.get(key_id, ())),
+            Limits(*limits) if any(v is not None for v in limits) else None,
+        )
+        for key_id, name, digest, all_models, *limits in rows
     }
 
 
