@@ -6,7 +6,7 @@ import pytest
 
 from llmgw.inventory import services
 
-PAGES = ["/", "/nodes/node-a", "/held", "/gpus", "/admin/fabrics", "/admin/nvlink"]
+PAGES = ["/", "/nodes/node-a", "/held", "/gpus", "/facility", "/admin/fabrics", "/admin/nvlink"]
 DATA = ["/console/api/nodes/node-a", "/console/api/gpus", "/console/api/ports"]
 
 

@@ -81,7 +81,15 @@ TABLE: dict[tuple[str, str], frozenset[str]] = {
 
 # Beside the schema: /metrics, the schema itself, the console (session).
 METRICS = frozenset({VW, OP, AD, PR})
-CONSOLE_PAGES = ["/", "/nodes/node-a", "/held", "/gpus", "/admin/fabrics", "/admin/nvlink"]
+CONSOLE_PAGES = [
+    "/",
+    "/nodes/node-a",
+    "/held",
+    "/gpus",
+    "/facility",
+    "/admin/fabrics",
+    "/admin/nvlink",
+]
 CONSOLE_DATA = ["/console/api/nodes/node-a", "/console/api/gpus", "/console/api/ports"]
 
 
