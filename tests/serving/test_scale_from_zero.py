@@ -18,7 +18,7 @@ import pytest
 from django.core.cache import cache
 
 from llmgw.catalog import services as catalog
-from llmgw.serving import keys, reconciler
+from llmgw.serving import keys, reconciler, tasks
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.gateway import load
 from llmgw.serving.models import HeldState, Replica, Shard
@@ -115,6 +115,8 @@ def test_requests_waiting_in_two_processes_place_the_first_replica_and_are_serve
         publish_as(two, "web-2", monkeypatch)
         # Each process counts its own queue once: the sum is every request.
         assert load.queue_depth("lazy") == 3.0
+        # And asked the reconciler to look now rather than at its next tick.
+        assert cache.get(tasks.SOON_KEY) == 1
         reconciler.reconcile_all()
         # At once: with no replica there is no burst to wait out.
         placed = Replica.objects.get(model__name="lazy")

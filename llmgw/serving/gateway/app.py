@@ -234,6 +234,10 @@ class Gateway:
         await self._in_db_thread(
             load.publish, depth, self.router.in_flight(), requests, None, latency, routing
         )
+        if self.flow.starved():
+            # Requests wait for a model with no replica: the reconciler reads
+            # the load just published now, not at its next tick.
+            await self._in_db_thread(_reconcile_soon)
         if self._used_keys and now - self._touched_at >= 60:
             used, self._used_keys = self._used_keys, set()
             self._touched_at = now
@@ -422,6 +426,14 @@ class Gateway:
             first_at = state.get("first_at")
             if first_at is not None:
                 metrics.observe(self.first_bytes, model, first_at - started)
+
+
+def _reconcile_soon() -> None:
+    # Imported on first use: the reconciler and placement behind it are
+    # nothing a process that never queues for a model at zero needs.
+    from llmgw.serving.tasks import reconcile_soon
+
+    reconcile_soon()
 
 
 def mount(gateway: Gateway, app: ASGIApp) -> ASGIApp:

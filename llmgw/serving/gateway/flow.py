@@ -21,12 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
 from collections import deque
 from collections.abc import Mapping, Sized
 from typing import Any
 
 from llmgw.serving.gateway.asgi import Receive, Send
 from llmgw.serving.gateway.errors import send_error
+
+# A model with requests waiting and no ready replica asks the reconciler to
+# look now rather than at its next tick (10 s): at most once in this long.
+ASK_EVERY_S = 10.0
 
 
 class Admission(enum.Enum):
@@ -52,6 +57,7 @@ class Flow:
         # Models with no ready replica that may get one: worth waiting for.
         self.coming: frozenset[str] = frozenset()
         self._queues: dict[str, deque[asyncio.Future[Admission]]] = {}
+        self._asked: dict[str, float] = {}
 
     def update(self, table: Mapping[str, Sized], coming: frozenset[str]) -> None:
         """The routing table changed: new capacities, and the queues move."""
@@ -62,6 +68,21 @@ class Flow:
 
     def depths(self) -> dict[str, int]:
         return {model: len(queue) for model, queue in self._queues.items() if queue}
+
+    def starved(self) -> list[str]:
+        """The models whose requests wait with no ready replica, not asked
+        for within ASK_EVERY_S; asked for from now."""
+        now = time.monotonic()
+        found = [
+            model
+            for model, queue in self._queues.items()
+            if queue
+            and not self.capacity.get(model)
+            and now - self._asked.get(model, -ASK_EVERY_S) >= ASK_EVERY_S
+        ]
+        for model in found:
+            self._asked[model] = now
+        return found
 
     def waiting(self, model: str) -> int:
         queue = self._queues.get(model)
