@@ -40,16 +40,21 @@
     const x0 = -x / k - 20, x1 = (canvas.width / dpr - x) / k + 20;
     const y0 = -y / k - 20, y1 = (canvas.height / dpr - y) / k + 20;
     const inView = (ad) => ad.x >= x0 && ad.x <= x1 && ad.y >= y0 - 80 && ad.y <= y1;
-    const bundles = L.bundles.filter((b) => Math.max(b.lo.x, b.hi.x) >= x0 && Math.min(b.lo.x, b.hi.x) <= x1);
+    const seen = (b) => b[2] >= x0 && b[0] <= x1 && b[3] >= y0 && b[1] <= y1;
+    const bundles = L.bundles.filter((b) => seen(b.box)), stems = L.stems.filter((s) => seen(s.box));
     const adapters = L.adapters.filter(inView);
     const f = st.focus;
     const passes = f ? [[0.07, false], [1, true]] : [[1, null]];
     for (const [alpha, focused] of passes) {
       ctx.globalAlpha = alpha;
       const keepB = focused === null ? bundles : bundles.filter((b) => f.bundles.has(b.key) === focused);
+      const keepS = focused === null ? stems : stems.filter((s) => [...s.keys].some((key) => f.bundles.has(key)) === focused);
       const keepA = focused === null ? adapters : adapters.filter((ad) => f.adapters.has(ad.guid) === focused);
       batched(ctx, keepB, (b) => `${st.mode === "rail" ? railColor(railOfLeaf(b.lo)) : rateColor(b.rate)}|${Math.min(6, Math.ceil(Math.sqrt(b.count)))}`,
         (b) => { const p = FabricLayout.bundlePath(b); ctx.moveTo(p[0], p[1]); ctx.bezierCurveTo(p[2], p[3], p[4], p[5], p[6], p[7]); },
+        (key) => { const [c, w] = key.split("|"); ctx.strokeStyle = c; ctx.lineWidth = Math.max(0.5 + 0.8 * Number(w), 0.8 / k); ctx.stroke(); });
+      batched(ctx, keepS, (s) => `${st.mode === "rail" ? railColor(railOfLeaf(s.leaf)) : rateColor(s.rate)}|${Math.min(6, Math.ceil(Math.sqrt(s.count)))}`,
+        (s) => { const p = s.points; ctx.moveTo(p[0], p[1]); for (let i = 2; i < p.length; i += 2) ctx.lineTo(p[i], p[i + 1]); },
         (key) => { const [c, w] = key.split("|"); ctx.strokeStyle = c; ctx.lineWidth = Math.max(0.5 + 0.8 * Number(w), 0.8 / k); ctx.stroke(); });
       batched(ctx, keepA, (ad) => adapterColor(ad, st.mode),
         (ad) => { const e = FabricLayout.endpoints(ad); ctx.moveTo(e[0], e[1]); ctx.lineTo(e[2], e[3]); },
@@ -88,8 +93,8 @@
       return `M${e[0]},${e[1]}L${e[2]},${e[3]}`;
     }
     const [lo, hi] = p.y >= q.y ? [p, q] : [q, p];
-    const v = FabricLayout.bundlePath({ lo, hi });
-    return `M${v[0]},${v[1]}C${v[2]},${v[3]} ${v[4]},${v[5]} ${v[6]},${v[7]}`;
+    const v = FabricLayout.bundlePath({ lo, hi }), s = FabricLayout.stem(lo);
+    return `${s ? `M${s[0]},${s[1]}L${s.slice(2).join(",")}` : ""}M${v[0]},${v[1]}C${v[2]},${v[3]} ${v[4]},${v[5]} ${v[6]},${v[7]}`;
   }
 
   // The SVG layer: built once per map; returns what the page updates.
@@ -108,13 +113,13 @@
       svg("title", {}, m).textContent = title;
     }
     const sw = svg("g", { class: "switches" }, g);
-    const nodes = new Map();
+    const nodes = new Map(), cut = sharedPrefix([...L.switches.values()].map((s) => shortName(s.description)));
     for (const s of L.switches.values()) {
       const n = svg("g", { class: `switch ${s.tier}`, transform: `translate(${s.x},${s.y})`, "data-guid": s.guid, tabindex: 0 }, sw);
       const fill = mode === "rail" && s.tier === "leaf" ? railColor(railOfLeaf(s)) : null;
       svg("rect", { x: -s.w / 2, y: -s.h / 2, width: s.w, height: s.h, rx: 4, ...(fill ? { style: `stroke:${fill}` } : {}) }, n);
-      svg("text", { y: 4, "text-anchor": "middle" }, n).textContent = clip(shortName(s.description), s.w);
-      svg("title", {}, n).textContent = `${s.description}\n${s.tier} · ${s.guid} · ${s.adapters} adapters`;
+      svg("text", { y: 3.5, "text-anchor": "middle" }, n).textContent = clip(shortName(s.description).slice(cut), s.w);
+      n.setAttribute("aria-label", `${s.tier} switch ${shortName(s.description)}`);  // the page's tooltip says the rest
       nodes.set(s.guid, n);
     }
     const live = svg("g", { class: "live-ports" }, g);
@@ -131,9 +136,22 @@
     return [(p.x + q.x) / 2, (p.y + q.y) / 2];
   }
 
+  // Labels drop what every switch's name starts with ("ib-a-"), up to a separator.
+  function sharedPrefix(names) {
+    if (names.length < 2) return 0;
+    let n = 0;
+    while (names.every((x) => x.length > n + 1 && x[n] === names[0][n])) n++;
+    if (!n) return 0;
+    const sep = Math.max(...["-", "_", ".", " "].map((c) => names[0].lastIndexOf(c, n - 1)));
+    return sep + 1;
+  }
+
+  // Too long for its box: the middle goes, since names differ most at the end.
   function clip(text, w) {
-    const max = Math.max(4, Math.floor(w / 5.6));
-    return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+    const max = Math.max(4, Math.floor(w / 6));
+    if (text.length <= max) return text;
+    const head = Math.floor((max - 1) / 3);
+    return `${text.slice(0, head)}…${text.slice(text.length - (max - 1 - head))}`;
   }
 
   function legend(box, L, mode) {

@@ -23,15 +23,17 @@
     st.t = ev.transform;
     viewport.setAttribute("transform", ev.transform.toString());
     overlaySvg.classList.toggle("far", ev.transform.k < 0.45);
+    if (ev.sourceEvent) $("tip").hidden = true;
     redraw();
   });
   d3.select(overlaySvg).call(zoom).on("dblclick.zoom", null);
 
-  function fit(box, pad = 40, animate = false) {
-    const r = stage.getBoundingClientRect();
+  // `right`: room kept clear on the right, where the panel opens.
+  function fit(box, pad = 40, animate = false, right = 0) {
+    const r = stage.getBoundingClientRect(), w = r.width - right;
     const [[x0, y0], [x1, y1]] = box || L.extent;
-    const k = Math.min(8, (r.width - 2 * pad) / Math.max(1, x1 - x0), (r.height - 2 * pad) / Math.max(1, y1 - y0));
-    const t = d3.zoomIdentity.translate(r.width / 2 - (k * (x0 + x1)) / 2, r.height / 2 - (k * (y0 + y1)) / 2).scale(k);
+    const k = Math.min(8, (w - 2 * pad) / Math.max(1, x1 - x0), (r.height - 2 * pad) / Math.max(1, y1 - y0));
+    const t = d3.zoomIdentity.translate(w / 2 - (k * (x0 + x1)) / 2, r.height / 2 - (k * (y0 + y1)) / 2).scale(k);
     (animate ? d3.select(overlaySvg).transition().duration(500) : d3.select(overlaySvg)).call(zoom.transform, t);
   }
 
@@ -104,7 +106,7 @@
     $("find-node").setCustomValidity("");
     for (const a of hits) FabricDraw.svg("circle", { cx: a.x, cy: a.y, r: 9, class: "found" }, layer.marks);
     const xs = hits.map((a) => a.x), ys = hits.map((a) => a.y);
-    fit([[Math.min(...xs) - 60, Math.min(...ys) - 120], [Math.max(...xs) + 60, Math.max(...ys) + 40]], 60, true);
+    fit([[Math.min(...xs) - 60, Math.min(...ys) - 120], [Math.max(...xs) + 60, Math.max(...ys) + 40]], 60, true, 340);
     st.pinned = touching(hits[0]); focus(st.pinned);
     showPanel(hits[0]);
     return true;
@@ -115,6 +117,7 @@
     const d = await LG.getJSON("/console/api/ports");
     const s = FabricLive.update(L, layer, d.ports);
     stage.dataset.live = String(s.matched); stage.dataset.down = String(s.down);
+    showFindings();
     if (!panel.hidden && panel.dataset.guid) { const a = L.adapterByGuid.get(panel.dataset.guid); if (a) showPanel(a); }
   }
 
@@ -133,15 +136,16 @@
     if (keep && data && r.data.taken_at === data.taken_at) { await loadPorts(); return; }
     fabricId = wanted;
     data = r.data;
-    L = FabricLayout.layout(data.map);
+    const box = stage.getBoundingClientRect();
+    L = FabricLayout.layout(data.map, { width: box.width, height: box.height });
     L.tree = d3.quadtree(L.adapters, (a) => a.x, (a) => a.y);
     layer = FabricDraw.overlay(viewport, L, st.mode);
     FabricDraw.legend($("legend"), L, st.mode);
     const s = data.map.summary;
     $("fabric-summary").textContent = `${s.switches} switches (${s.core} core, ${s.spine} spine, ${s.leaf} leaf) · ${s.host_adapters} adapters · ${s.links} cables · ${s.degraded_links} degraded · ${s.problems || 0} cabling problems · ${s.rail_optimised ? `rail-optimised, ${s.misaligned_rails} off their rail` : "not rail-optimised"} · mapped ${data.taken_at ? new Date(data.taken_at).toLocaleString() : "-"} from ${data.source_node || "-"}`;
-    showProblems(data.map.problems || []);
+    showFindings();
     $("node-names").replaceChildren(...[...new Set(L.adapters.map((a) => a.node).filter(Boolean))].sort().map((n) => el("option", { value: n })));
-    $("empty").hidden = true;
+    $("empty").hidden = true; $("findings").hidden = false;
     bind();
     if (!keep) fit(); else redraw();
     if (st.pinned) focus(null);
@@ -158,24 +162,49 @@
     }
   }
 
-  // Worded as `llmgw fabric analyze` prints them (llmgw/fabrics/cli.py problem_line).
-  const endText = (e) => `${e.description || e.guid} port ${e.port == null ? "?" : e.port}`;
-  function showProblems(problems) {
-    const box = $("fabric-problems");
-    box.querySelector("ul").replaceChildren(...problems.map((p) => el("li", { "data-code": p.code, title: p.message }, [
-      el("span", { class: "bad" }, p.code), `: ${endText(p.a)} - ${endText(p.b)}`])));
-    box.hidden = !problems.length;
+  // The side list of findings; a click zooms to one, lights it and opens its panel.
+  function showFindings() {
+    FabricFindings.render($("findings"), FabricFindings.build(L, data.map), pick);
+    const on = $("findings").querySelector(`li[data-key="${CSS.escape(stage.dataset.finding || "")}"]`);
+    if (on) on.classList.add("on");
+  }
+  function pick(f, li) {
+    if (!f || !f.items.length) return;
+    for (const x of $("findings").querySelectorAll("li.on")) x.classList.remove("on");
+    li.classList.add("on");
+    stage.dataset.finding = f.key;
+    showPanel(f.items.find((it) => it.kind === "adapter") || f.items[0]);
+    FabricFindings.mark(layer, f);
+    st.pinned = FabricFindings.focusOf(L, f); focus(st.pinned);
+    fit(FabricFindings.box(f), 40, true, 340);
   }
 
-  function empty(text) { $("fabric-problems").hidden = true; $("empty").textContent = text; $("empty").hidden = false; stage.dataset.drawn = "empty"; }
+  function empty(text) { $("findings").hidden = true; $("empty").textContent = text; $("empty").hidden = false; stage.dataset.drawn = "empty"; }
 
   function bind() {
     for (const [guid, n] of layer.switches) {
       const s = L.switches.get(guid);
-      n.addEventListener("mouseenter", () => { if (!st.pinned) focus(touching(s)); });
-      n.addEventListener("mouseleave", () => { if (!st.pinned) focus(null); });
+      n.addEventListener("mouseenter", () => { tip(s); if (!st.pinned) focus(touching(s)); });
+      n.addEventListener("mouseleave", () => { tip(null); if (!st.pinned) focus(null); });
       n.addEventListener("click", (ev) => { ev.stopPropagation(); showPanel(s); });
     }
+  }
+
+  // A switch's name, GUID and ports beside it while pointed at: its label is
+  // clipped to its box, and too small to read when the whole map is in view.
+  function tip(s) {
+    const box = $("tip");
+    if (!s) { box.hidden = true; return; }
+    const deg = L.degraded.filter((d) => d.p === s || d.q === s).length;
+    box.replaceChildren(el("b", {}, FabricDraw.shortName(s.description)), el("div", { class: "dim" }, s.description),
+      el("div", {}, `${s.tier} · GUID ${s.guid}${s.lid != null ? ` · LID ${s.lid}` : ""}`),
+      el("div", {}, `ports: ${s.connected_ports} of ${fmt.dash(s.ports)} connected · ${s.adapters} adapters${s.rail ? ` · ${s.rail}` : ""}`),
+      deg ? el("div", { class: "bad" }, `${deg} degraded cable${deg > 1 ? "s" : ""}`) : "");
+    const [x, y] = st.t.apply([s.x, s.y + s.h / 2]), r = stage.getBoundingClientRect();
+    box.hidden = false;
+    box.style.left = `${Math.max(4, Math.min(r.width - box.offsetWidth - 4, x - box.offsetWidth / 2))}px`;
+    box.style.top = `${y + 8 + box.offsetHeight < r.height ? y + 8 : Math.max(4, y - s.h - box.offsetHeight - 8)}px`;
+    box.dataset.guid = s.guid;
   }
 
   let hovered = null;
@@ -193,7 +222,11 @@
     const a = nearestAdapter(ev);
     if (a) showPanel(a);
   });
-  panel.querySelector(".close").addEventListener("click", () => { panel.hidden = true; st.pinned = null; focus(null); layer.marks.replaceChildren(); });
+  panel.querySelector(".close").addEventListener("click", () => {
+    panel.hidden = true; st.pinned = null; focus(null); layer.marks.replaceChildren();
+    delete stage.dataset.finding;
+    for (const x of $("findings").querySelectorAll("li.on")) x.classList.remove("on");
+  });
   $("find").addEventListener("submit", (ev) => { ev.preventDefault(); findNode($("find-node").value); });
   $("fit").addEventListener("click", () => fit(null, 40, true));
   $("mode").addEventListener("change", () => {
@@ -210,5 +243,5 @@
   // For the benchmark: pan as a dragging hand would, one step per frame.
   const panBy = (dx, dy) => d3.select(overlaySvg).call(zoom.translateBy, dx / st.t.k, dy / st.t.k);
   const zoomTo = (k) => d3.select(overlaySvg).call(zoom.scaleTo, k);
-  window.fabricMap = { findNode, fit, panBy, zoomTo, get layout() { return L; }, get transform() { return st.t; } };
+  window.fabricMap = { findNode, fit, tip, panBy, zoomTo, get layout() { return L; }, get transform() { return st.t; } };
 })();
