@@ -119,6 +119,15 @@ bench-gateway: venv-test services $(LITELLM_VENV)/bin/litellm
 	DATABASE_URL=$(BENCH_DB) REDIS_URL=$(REDIS) $(BIN)/python manage.py migrate --noinput -v0
 	DATABASE_URL=$(BENCH_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/gateway.py $(BENCH_ARGS)
 
+# Prefix-aware routing against load-only routing and LiteLLM, on two real
+# llama-server replicas and 16 multi-turn conversations: a few minutes.
+.PHONY: bench-routing
+bench-routing: venv-test services $(LITELLM_VENV)/bin/litellm
+	psql -h 127.0.0.1 -U postgres -tc "SELECT 1 FROM pg_database WHERE datname = 'llmgw_bench'" | grep -q 1 \
+	  || psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE llmgw_bench" >/dev/null
+	DATABASE_URL=$(BENCH_DB) REDIS_URL=$(REDIS) $(BIN)/python manage.py migrate --noinput -v0
+	DATABASE_URL=$(BENCH_DB) REDIS_URL=$(REDIS) $(BIN)/python bench/routing.py $(BENCH_ARGS)
+
 # The pure scheduler, then the service path on a database of its own (the
 # benchmark empties its fleet and catalog first).
 PLACEMENT_DB ?= postgres://postgres@127.0.0.1:5432/llmgw_bench_placement

@@ -80,11 +80,20 @@ def _vocab() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, types
 
 
-def make_tiny_gguf(path: Path | str, *, seed: int = 0) -> Path:
+def make_tiny_gguf(
+    path: Path | str,
+    *,
+    seed: int = 0,
+    n_embd: int = N_EMBD,
+    n_layer: int = N_LAYER,
+    n_ff: int = N_FF,
+    n_ctx: int = N_CTX,
+) -> Path:
     """Write the tiny model to `path` (a .gguf file; its folder must exist) and return it.
 
     Float32 weights from `seed`: the same seed gives the same file. ~1 MB, well under a
-    second to write.
+    second to write. Wider and deeper (bench/routing.py), it takes a measurable time to
+    read a long prompt on a CPU; n_embd must be a multiple of the 4 heads.
     """
     path = Path(path)
     tokens, scores, types = _vocab()
@@ -97,13 +106,13 @@ def make_tiny_gguf(path: Path | str, *, seed: int = 0) -> Path:
 
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("llmgw-tiny-test")
-    w.add_context_length(N_CTX)
-    w.add_embedding_length(N_EMBD)
-    w.add_block_count(N_LAYER)
-    w.add_feed_forward_length(N_FF)
+    w.add_context_length(n_ctx)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
     w.add_head_count(N_HEAD)
     w.add_head_count_kv(N_HEAD)
-    w.add_rope_dimension_count(N_EMBD // N_HEAD)
+    w.add_rope_dimension_count(n_embd // N_HEAD)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(n_vocab)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
@@ -120,17 +129,17 @@ def make_tiny_gguf(path: Path | str, *, seed: int = 0) -> Path:
     w.add_add_eos_token(False)
     w.add_chat_template(CHAT_TEMPLATE)
 
-    w.add_tensor("token_embd.weight", weights(n_vocab, N_EMBD))
-    w.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-    w.add_tensor("output.weight", weights(n_vocab, N_EMBD))
-    for i in range(N_LAYER):
-        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+    w.add_tensor("token_embd.weight", weights(n_vocab, n_embd))
+    w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    w.add_tensor("output.weight", weights(n_vocab, n_embd))
+    for i in range(n_layer):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
         for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            w.add_tensor(f"blk.{i}.{name}.weight", weights(N_EMBD, N_EMBD))
-        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        w.add_tensor(f"blk.{i}.ffn_gate.weight", weights(N_FF, N_EMBD))
-        w.add_tensor(f"blk.{i}.ffn_up.weight", weights(N_FF, N_EMBD))
-        w.add_tensor(f"blk.{i}.ffn_down.weight", weights(N_EMBD, N_FF))
+            w.add_tensor(f"blk.{i}.{name}.weight", weights(n_embd, n_embd))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", weights(n_ff, n_embd))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", weights(n_ff, n_embd))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", weights(n_embd, n_ff))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()

