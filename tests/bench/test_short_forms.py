@@ -48,7 +48,8 @@ BENCHES = {
     "bench-fabric": ("fabric.py", r"real DGX H100 NDR .* 582 ", None),
     "bench-console": (
         "console.py",
-        r"real \(\d+ adapters\) +\d[\s\S]*\nall nodes, page 1 ",
+        r"real \(\d+ adapters\) +\d[\s\S]*\nall nodes, page 1 [\s\S]*"
+        r"\nnode page \(node-\d+\) +\d[\s\S]*\nfacility page +\d",
         "cluster",
     ),
     "bench-ctl": ("ctl.py", r"\nstatus +\d+\.\d+s", "db"),
