@@ -128,3 +128,40 @@ def test_fit_fills_the_view_and_findings_zoom_to_their_place(browser):
     )
     assert page.locator("circle.finding-mark.down").count() == 1
     assert page.locator("#findings li.on").count() == 1
+
+
+def test_a_viewer_reads_the_fabric_and_nvlink_pages_with_nothing_to_refuse(
+    site, chromium, monkeypatch
+):
+    """Both pages only read: a viewer gets the whole of them, every control
+    on them is one a viewer may use, and no call they make is refused."""
+    from django.contrib.auth.models import User
+
+    from llmgw.accounts import roles
+    from tests.console.conftest import Browser
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    roles.grant(
+        User.objects.create_user("watcher", password="a-long-viewer-password"), roles.VIEWER
+    )
+    context = chromium.new_context(viewport={"width": 1440, "height": 900})
+    b = Browser(context.new_page(), site)
+    b.page.goto(site + "/login/")
+    b.page.fill("input[name=username]", "watcher")
+    b.page.fill("input[name=password]", "a-long-viewer-password")
+    b.page.click("button[type=submit]")
+    b.page.wait_for_url(site + "/")
+
+    page = b.open("/admin/fabrics")
+    page.wait_for_selector("#stage[data-drawn='1']")
+    page.wait_for_selector("#findings li[data-kind=down]")
+    page.locator("#findings li[data-kind=down]").click()
+    page.wait_for_selector("#panel:not([hidden])")
+    buttons = {t.strip() for t in page.locator("main button:visible").all_inner_texts()}
+    assert buttons == {"Find", "Fit", "×"}, buttons
+
+    page = b.open("/admin/nvlink")
+    page.wait_for_selector("#racks[data-loaded]")
+    assert page.locator("main button, main form").count() == 0
+    context.close()
+    assert b.unexpected() == [], b.unexpected()
