@@ -9,12 +9,14 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
+from llmgw.accounts import roles
 from llmgw.accounts.decorators import viewer_required
 from llmgw.catalog.models import Model
 from llmgw.console import cluster as cluster_table
 from llmgw.fabrics import overview
 from llmgw.inventory.api.summary import summary
 from llmgw.inventory.models import Node
+from llmgw.serving.held import summary as held_summary
 
 
 @viewer_required
@@ -44,18 +46,24 @@ def node(request: HttpRequest, name: str) -> HttpResponse:
 
 @viewer_required
 def held(request: HttpRequest) -> HttpResponse:
-    models = Model.objects.prefetch_related("replicas").order_by("name")
+    models = (
+        Model.objects.prefetch_related("replicas")
+        .select_related("held_state", "last_placement")
+        .defer("last_placement__explanation")
+        .order_by("name")
+    )
     rows = [
         {
             "name": m.name,
             "always_running": m.always_running,
             "under_load": m.under_load,
-            "replicas": len(m.replicas.all()),
-            "held": bool(m.always_running or m.under_load),
+            "held": held_summary(m),
         }
         for m in models
     ]
-    return render(request, "held.html", {"models": rows, "page": "held"})
+    # A viewer is sent no control it cannot use (the API would answer 403).
+    context = {"models": rows, "page": "held", "can_operate": roles.is_operator(request.user)}
+    return render(request, "held.html", context)
 
 
 @viewer_required

@@ -1,19 +1,68 @@
-// Held models: a model's card (replicas, headroom, the counts form, the
-// placement explanation). A refused count shows the API's reason and its
-// explanation; nothing is assumed to have changed until the API says so.
+// Held models: the list (ready against the count held now, a word for where
+// each stands, its last placement) and a model's card (replicas, headroom,
+// the counts form, the placement explanation grouped by reason). A refused
+// count shows the API's reason and its explanation; nothing is assumed to
+// have changed until the API says so. Live over /ws/console.
 (function () {
   "use strict";
   const { el, fmt } = LG;
   const card = document.getElementById("card");
   let current = null;
 
-  // The server renders the explanation, the lines `llmgw ctl explain`
-  // prints (names, numbers, when it was made, what became of its replica);
-  // the page shows them as they are rather than saying it a third way.
-  function explanation(ex) {
-    const lines = (ex && ex.lines) || [];
-    if (!lines.length) return el("p", { class: "dim" }, "No explanation.");
-    return el("pre", { class: "explanation" }, lines.join("\n"));
+  const layout = document.querySelector(".held-layout");
+  // A viewer's page has no control that could only answer 403.
+  const canOperate = layout.dataset.canOperate === "true";
+
+  // The explanation as the server groups it (`llmgw ctl explain` prints the
+  // same groups): the lines before the profiles tried, then each profile's
+  // reasons once, with how many nodes, the first few named and one node's
+  // own words; opening a reason lists every node it refused. `full` gives
+  // every node when asked (the card asks the API for a few a reason).
+  const NAMED = 3;
+  const nodeLink = (n) => el("a", { href: `/nodes/${encodeURIComponent(n)}` }, n);
+
+  function reasonItem(attempt, r, full) {
+    const shown = r.nodes.slice(0, NAMED).map((n) => n.node);
+    const more = r.count - shown.length;
+    const names = [...shown.flatMap((n, i) => [i ? ", " : "", nodeLink(n)]), more > 0 ? ` and ${more} more` : ""];
+    // In the words of `llmgw ctl explain`'s line for it.
+    const head = el("div", { class: "reason-head" }, [
+      el("b", { class: "count" }, `${r.count} node${r.count === 1 ? "" : "s"}`), ": ",
+      el("span", { class: "summary" }, r.summary), " (", el("code", {}, r.code), "): ",
+      el("span", { class: "names" }, names),
+    ]);
+    const eg = r.nodes.length ? el("div", { class: "eg" }, ["e.g. ", r.nodes[0].message]) : null;
+    if (r.count < 2) return el("li", { class: "reason", "data-code": r.code }, [head, eg]);
+    const list = el("ul", { class: "every" });
+    const fill = (nodes) => list.replaceChildren(...nodes.map((n) =>
+      // Each message opens with its node's name, here the link before it.
+      el("li", { "data-node": n.node }, [nodeLink(n.node), el("span", { class: "message" },
+        n.message.startsWith(`${n.node} `) ? n.message.slice(n.node.length) : ` ${n.message}`)])));
+    const box = el("details", { class: "all-nodes" }, [el("summary", {}, `every node (${r.count})`), list]);
+    box.addEventListener("toggle", async () => {
+      if (!box.open || list.childElementCount) return;
+      if (r.nodes.length >= r.count) { fill(r.nodes); return; }
+      list.replaceChildren(el("li", { class: "dim" }, "loading…"));
+      const ex = await full();
+      const a = (ex.attempts || []).find((x) => x.profile === attempt.profile);
+      const all = a && a.reasons.find((x) => x.code === r.code);
+      fill(all ? all.nodes : r.nodes);
+    });
+    return el("li", { class: "reason", "data-code": r.code }, [head, eg, box]);
+  }
+
+  function explanation(ex, full) {
+    const attempts = (ex && ex.attempts) || [];
+    const heading = (ex && (ex.heading || (attempts.length ? [] : ex.lines))) || [];
+    if (!heading.length && !attempts.length) return el("p", { class: "dim" }, "No explanation.");
+    const fetchAll = full || (async () => ex);
+    return el("div", { class: "explanation" }, [
+      heading.length ? el("pre", { class: "heading" }, heading.join("\n")) : null,
+      ...attempts.map((a) => el("div", { class: "attempt", "data-profile": a.profile }, [
+        el("div", { class: `verdict ${a.placed ? "ok" : "bad"}` }, `profile ${a.profile} (priority ${a.priority}): ${a.placed ? "placed" : "does not fit"}`),
+        a.reasons.length ? el("ul", { class: "reasons" }, a.reasons.map((r) => reasonItem(a, r, fetchAll))) : null,
+      ])),
+    ]);
   }
 
   function replicas(m) {
@@ -92,35 +141,80 @@
     return f;
   }
 
-  async function open(name, keepResult) {
+  // Read only: the counts as they are, for a role that cannot change them.
+  function counts(m) {
+    if (canOperate) return form(m);
+    return el("p", { class: "counts-read" }, [`always running ${m.always_running}, under load ${m.under_load}`,
+      el("span", { class: "dim" }, " (an operator changes them)")]);
+  }
+
+  const key = (d) => `${d.closest(".attempt").dataset.profile}\u0000${d.closest(".reason").dataset.code}`;
+
+  // A model's card; `again`: the same model read again (a live event, a
+  // save), keeping what the reader is doing: a count being typed, the
+  // last save's answer, the reasons opened, the what-if's answers.
+  async function open(name, again) {
     current = name;
-    const [m, ex] = await Promise.all([
-      LG.getJSON(`/api/v1/models/${encodeURIComponent(name)}`),
-      LG.getJSON(`/api/v1/models/${encodeURIComponent(name)}/explain`),
-    ]);
+    const base = `/api/v1/models/${encodeURIComponent(name)}`;
+    const [m, ex] = await Promise.all([LG.getJSON(base), LG.getJSON(`${base}/explain?nodes=${NAMED}`)]);
     if (current !== name) return;
-    const old = keepResult ? card.querySelector(".result") : null;
+    let every = null;
+    const full = () => (every = every || LG.getJSON(`${base}/explain`));
+    const same = again && card.dataset.model === name;
+    const was = same ? card.querySelector(".counts-section") : null;
+    const typing = was && was.contains(document.activeElement) && document.activeElement.tagName === "INPUT";
+    const section = typing ? was : el("div", { class: "counts-section" }, counts(m));
+    const result = was && !typing ? was.querySelector(".result") : null;
+    if (result && section.querySelector(".result")) section.querySelector(".result").replaceWith(result);
+    const opened = same ? [...card.querySelectorAll(".reason details[open]")].map(key) : [];
+    const keepWhatif = same && card.dataset.always === String(m.always_running);
+    const whatif = (keepWhatif && card.querySelector(".whatif")) || LG.whatif(m);
     card.hidden = false;
     card.dataset.model = name;
+    card.dataset.always = String(m.always_running);
     card.replaceChildren(
       el("h2", {}, [m.name, el("small", { class: "dim" }, ` ${m.source || ""}`)]),
       el("h3", {}, "Replicas"), replicas(m),
       el("h3", {}, "Weights by fabric"), weights(m),
       el("h3", {}, "Room for more"), headroom(m),
-      el("h3", {}, "Counts"), form(m),
-      el("h3", {}, "Placement"), explanation(ex),
-      el("h3", {}, "What if a rack, PDU or node failed"), LG.whatif(m),
+      el("h3", {}, "Counts"), section,
+      el("h3", {}, "Placement"), explanation(ex, full),
+      el("h3", {}, "What if a rack, PDU or node failed"), whatif,
     );
-    if (old) card.querySelector(".result").replaceWith(old);
+    for (const d of card.querySelectorAll(".reason details")) if (opened.includes(key(d))) d.open = true;
+    for (const r of document.querySelectorAll("#models tr.on")) r.classList.remove("on");
     const row = document.querySelector(`tr[data-model="${CSS.escape(name)}"]`);
-    if (row) {
-      row.querySelector(".always").textContent = m.always_running;
-      row.querySelector(".load").textContent = m.under_load;
-      row.querySelector(".replicas").textContent = (m.replicas || []).length;
-    }
+    if (row) row.replaceWith(listRow(m));
+  }
+
+  // A row of the list, as the page first drew it (templates/held.html).
+  function listRow(m) {
+    const h = m.held || {};
+    const lp = h.last_placement;
+    const cls = [h.state === "not held" ? "dim" : "", m.name === current ? "on" : ""].join(" ").trim();
+    return el("tr", { "data-model": m.name, "data-state": h.state, class: cls || null }, [
+      el("td", {}, el("a", { href: `#${encodeURIComponent(m.name)}`, class: "open" }, m.name)),
+      el("td", { class: "held-state" }, el("span", { class: `held-word ${(h.state || "").replace(" ", "")}`, title: h.state_means }, fmt.dash(h.state))),
+      el("td", { class: "ready" }, `${fmt.dash(h.ready)}/${fmt.dash(h.target)}`),
+      el("td", { class: "always" }, String(m.always_running)),
+      el("td", { class: "load" }, String(m.under_load)),
+      el("td", { class: "placed" }, lp ? [LG.when(lp.at), ...(lp.placed ? [] : [" ", el("span", { class: "bad" }, "refused")])] : "never"),
+    ]);
+  }
+
+  async function list() {
+    const models = await LG.getJSON("/api/v1/models");
+    const body = document.querySelector("#models tbody");
+    if (models.length) body.replaceChildren(...models.map(listRow));
   }
 
   const fromHash = () => { const n = decodeURIComponent(location.hash.slice(1)); if (n) open(n).catch((e) => console.warn(e.message)); };
   window.addEventListener("hashchange", fromHash);
   fromHash();
+  list().catch((e) => console.warn(e.message));
+  // Placements, releases and held counts changed: the list and the open card again.
+  LG.live(["models changed"], 15000, async () => {
+    await list();
+    if (current) await open(current, true);
+  });
 })();
