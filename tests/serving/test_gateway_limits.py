@@ -203,7 +203,10 @@ def test_gateway_processes_share_the_counts(gateway_server, second_gateway, engi
     gateway_server.refresh()
     second_gateway.refresh()
     same_minute(counters, 10)
-    codes = [post(gw, key).status_code for gw in (gateway_server, second_gateway) * 2]
+    codes = [post(gw, key).status_code for gw in (gateway_server, second_gateway)]
+    # A Redis that lost its scripts (restarted, flushed) is given them again.
+    counters.script_flush()
+    codes += [post(gw, key).status_code for gw in (gateway_server, second_gateway)]
     assert codes == [200, 200, 200, 429]
 
 
@@ -248,3 +251,37 @@ def test_reset_times_are_written_as_openai_writes_them():
     assert limits.duration(1500) == "1.5s"
     assert limits.duration(59_000) == "59s"
     assert limits.duration(360_000) == "6m0s"
+
+
+def test_a_lease_is_kept_while_renewed_and_freed_when_its_process_is_gone(counters, monkeypatch):
+    """Two processes' limiters on the real Redis: one holding the key's only
+    slot keeps it by renewing, and loses it once it stops (it died)."""
+    import asyncio
+
+    from llmgw.serving.gateway.snapshot import KeyScope, Limits
+
+    monkeypatch.setattr(limits, "LEASE_S", 0.6)
+    key = KeyScope(7, "k", None, Limits(None, None, 1))
+
+    async def run() -> list[str]:
+        holder, other = limits.Limiter(settings.REDIS_URL), limits.Limiter(settings.REDIS_URL)
+        holder.open()
+        other.open()
+        try:
+            seen = []
+            held = await holder.admit(key)
+            assert held is not None and not held.refused
+            for _ in range(3):
+                await asyncio.sleep(0.3)
+                await holder.renew(force=True)
+                refused = await other.admit(key)
+                seen.append(refused.refused if refused else "unreachable")
+            await asyncio.sleep(0.7)  # no renewal: the holder is gone
+            after = await other.admit(key)
+            seen.append(after.refused if after else "unreachable")
+            return seen
+        finally:
+            await holder.close()
+            await other.close()
+
+    assert asyncio.run(run()) == ["concurrency", "concurrency", "concurrency", ""]
