@@ -65,6 +65,8 @@ class PatientGetconn:
 
 def make_patient(pool: ConnectionPool, queue_s: float) -> None:
     """Have `pool` wait as above; once per pool, whichever thread asks first."""
+    if isinstance(pool.getconn, PatientGetconn):
+        return  # asked on every cursor: no lock once done
     with _wrapping:
         if not isinstance(pool.getconn, PatientGetconn):
             pool.getconn = PatientGetconn(pool, pool.getconn, queue_s)  # type: ignore[method-assign]  # on purpose: this pool's getconn waits
