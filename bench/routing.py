@@ -26,6 +26,7 @@ and llamacpp:prompt_tokens_total, which counts the tokens it read).
 Targets: prefix-aware TTFT p50 at most 0.6 of load-only's, requests/s at
 least 0.95 of load-only's. `--short`: 2 conversations of 2 short turns, no
 LiteLLM; it measures nothing worth quoting, only that every way answers.
+Then scale from zero (bench/routing_zero.py; `--skip-zero` leaves it out).
 Exits non-zero when a way answered errors or measured nothing.
 """
 
@@ -140,12 +141,16 @@ def start_replica(gguf: Path, port: int) -> Server:
 # -- the three ways ----------------------------------------------------------
 
 
-def register(urls: list[str]) -> str:
-    """The model, its two ready replicas and a key, in the database; the key."""
+def django_ready() -> None:
     import django
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
     django.setup()
+
+
+def register(urls: list[str]) -> str:
+    """The model, its two ready replicas and a key, in the database; the key."""
+    django_ready()
     from django.db import connections
     from django.utils import timezone
 
@@ -171,6 +176,24 @@ def register(urls: list[str]) -> str:
     key = keys.create_key("bench-routing", None, [MODEL]).key
     connections.close_all()
     return key
+
+
+def unregister() -> None:
+    """The model, its replicas and their nodes gone again: no reconciler
+    (the scale-from-zero part runs one) may place anything on a node that
+    no agent runs."""
+    from django.db import connections
+    from django.utils import timezone
+
+    from llmgw.catalog.models import Model
+    from llmgw.inventory.models import Node
+    from llmgw.serving.models import ApiKey, Replica
+
+    ApiKey.objects.filter(name="bench-routing").update(revoked_at=timezone.now())
+    Replica.objects.filter(model__name=MODEL).delete()
+    Model.objects.filter(name=MODEL).delete()
+    Node.objects.filter(name__startswith="bench-routing-").delete()
+    connections.close_all()
 
 
 def start_llmgw(prefix: bool) -> Server:
@@ -375,6 +398,8 @@ def run_way(name: str, gguf: Path, load: Workload) -> Way:
     finally:
         for server in reversed(servers):
             server.stop(timeout=15)
+        if name != "LiteLLM":
+            unregister()
     hit = way.hit_rate()
     print(
         f"  {name:13} done: {len(way.turns)} turns in {way.seconds:.1f} s, "
@@ -427,6 +452,7 @@ def main() -> None:
         "--short", action="store_true", help="seconds, no LiteLLM: does it measure?"
     )
     parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument("--skip-zero", action="store_true", help="leave out scale from zero")
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL"):
         sys.exit("bench-routing stores its replicas in the database: set DATABASE_URL")
@@ -445,7 +471,14 @@ def main() -> None:
         names.append("LiteLLM")
     ways = [run_way(name, gguf, load) for name in names]
     report(ways, load)
-    sys.exit(report_unmeasured({w.name: (len(w.turns), w.errors) for w in ways}))
+    runs = {w.name: (len(w.turns), w.errors) for w in ways}
+    if not args.skip_zero:
+        # The second part: the first request's wait from zero, and a burst.
+        from bench.routing_zero import scale_from_zero
+
+        django_ready()
+        runs.update(scale_from_zero(10 if args.short else 50))
+    sys.exit(report_unmeasured(runs))
 
 
 if __name__ == "__main__":
