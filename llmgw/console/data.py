@@ -20,6 +20,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from llmgw.accounts import roles
+from llmgw.console import node_work
 from llmgw.fabrics.models import Port
 from llmgw.inventory import gpu_health, services
 from llmgw.inventory.api.serializers import NodeSerializer
@@ -124,8 +125,11 @@ def node_detail(request: HttpRequest, name: str) -> JsonResponse:
     node = get_object_or_404(
         Node.objects.prefetch_related("filesystems", "gpus", "holdings"), name=name
     )
-    data = dict(NodeSerializer(node, context={"now": timezone.now()}).data)
+    now = timezone.now()
+    data = dict(NodeSerializer(node, context={"now": now}).data)
     data.update({k: getattr(node, k) for k in EXTRA_NODE_FIELDS})
+    data["replicas"] = node_work.replicas(node, now, data["state"] == "Ready")
+    data["engines"] = node_work.engine_use(node.engines or [], data["replicas"])
     data["gpus"] = _gpu_rows(node)
     data["ports"] = _port_rows(node)
     data["prometheus"] = bool(settings.PROMETHEUS_URL)

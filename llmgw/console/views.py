@@ -41,7 +41,9 @@ def cluster(request: HttpRequest) -> HttpResponse:
 @viewer_required
 def node(request: HttpRequest, name: str) -> HttpResponse:
     get_object_or_404(Node, name=name)
-    return render(request, "node.html", {"name": name, "page": "node"})
+    # A viewer is sent no control it cannot use (the API would answer 403).
+    can_operate = roles.is_operator(request.user)
+    return render(request, "node.html", {"name": name, "page": "node", "can_operate": can_operate})
 
 
 @viewer_required

@@ -9,6 +9,9 @@
   const root = document.getElementById("facility");
   if (!root) return;
   const name = document.getElementById("node").dataset.name;
+  // Set by the page for an operator only: a viewer gets no form or button
+  // that could only answer 403.
+  const operate = document.getElementById("node").dataset.operate === "1";
   const kw = (w) => (w === null || w === undefined ? DASH : `${(w / 1000).toFixed(1)} kW`);
 
   function say(text, bad) {
@@ -45,6 +48,9 @@
     return form;
   }
 
+  const holdText = (hold) =>
+    `${hold.drained ? "held, drained" : hold.drain ? "draining" : "held"}: ${hold.reason}${hold.progress ? ` — ${hold.progress}` : ""}`;
+
   function holdRow(domain) {
     const hold = domain.hold;
     // The node itself, listed by the API only once held or capped: no
@@ -58,11 +64,13 @@
         listed ? `${kw(domain.draw_w)}${domain.unknown_nodes ? ` (+${domain.unknown_nodes} unknown)` : ""}${domain.over_cap_w ? ` — over cap by ${kw(domain.over_cap_w)}` : ""}` : ""),
       el("td", {}, listed ? kw(domain.cap_w) : ""),
     ];
-    if (hold) {
+    if (!operate) {
+      cells.push(el("td", hold ? { class: "held" } : {}, hold ? holdText(hold) : DASH));
+    } else if (hold) {
       const release = el("button", { type: "button" }, "Release");
       release.addEventListener("click", () =>
         act("DELETE", `/api/v1/facility/holds/${encodeURIComponent(domain.domain)}`, {}, `${domain.domain} released`));
-      cells.push(el("td", { class: "held" }, `${hold.drained ? "held, drained" : hold.drain ? "draining" : "held"}: ${hold.reason}${hold.progress ? ` — ${hold.progress}` : ""}`));
+      cells.push(el("td", { class: "held" }, holdText(hold)));
       cells.push(el("td", {}, release));
     } else {
       const reason = el("input", { placeholder: "reason", size: "16" });
@@ -89,13 +97,13 @@
     }
     const path = LEVELS.map((l) => labels[`llmgw.io/${l}`]).filter(Boolean);
     const table = el("table", { class: "grid facility-domains" }, [
-      el("thead", {}, el("tr", {}, ["Domain", "Nodes", "Draw", "Cap", "Hold", ""].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ["Domain", "Nodes", "Draw", "Cap", "Hold", ...(operate ? [""] : [])].map((h) => el("th", {}, h)))),
       el("tbody", {}, mine.map(holdRow)),
     ]);
     const body = root.querySelector(".facility-body");
     body.replaceChildren(
       el("p", { class: "facility-where" }, path.length ? `Location: ${path.join(" / ")}` : "Location: - (no llmgw.io/ labels)"),
-      locationForm(labels),
+      operate ? locationForm(labels) : "",
       table,
     );
   }

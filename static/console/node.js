@@ -3,7 +3,7 @@
 // Prometheus, refreshed every minute.
 (function () {
   "use strict";
-  const { el, fmt, meter, known } = LG;
+  const { el, fmt, meter, known, when } = LG;
   const root = document.getElementById("node");
   const name = root.dataset.name;
   const q = (s) => `"${s.replace(/\\/g, "\\\\").replace(/"/g, '\\"')}"`;
@@ -20,7 +20,8 @@
     $("state").textContent = fmt.dash(d.state);
     $("state").className = `state ${d.state || ""}`;
     set("tags", [d.simulated ? el("span", { class: "tag" }, "simulated") : "",
-      d.cordoned ? el("span", { class: "tag warn", title: d.cordon_reason }, "cordoned") : ""]);
+      d.cordoned ? el("span", { class: "tag warn" }, "cordoned") : ""]);
+    set("heartbeat", d.last_heartbeat_at ? [when(d.last_heartbeat_at, "last heartbeat "), ` · every ${fmt.dash(d.heartbeat_interval_s)} s`] : "no heartbeat yet");
     set("cpu", fresh ? meter(d.cpu_utilization_percent) : LG.DASH);
     set("cpus", `${fmt.dash(d.cpus)} CPUs · ${fmt.dash(d.cpu_model)}`);
     const total = d.memory_total_bytes, avail = d.memory_available_bytes;
@@ -28,7 +29,7 @@
     set("ram", fresh ? meter(used, "ram") : LG.DASH);
     set("ram-detail", `${fresh ? fmt.gib(d.memory_used_bytes) : LG.DASH} used of ${fmt.gib(total)}`);
     set("load", fresh ? `${fmt.num(d.load1, 2)} / ${fmt.num(d.load5, 2)} / ${fmt.num(d.load15, 2)}` : LG.DASH);
-    set("measured", d.measured_at ? `measured ${new Date(d.measured_at).toLocaleTimeString()}` : "never measured");
+    set("measured", d.measured_at ? when(d.measured_at, "measured ") : "never measured");
     const dl = d.disk_local, ds = d.disk_shared;
     set("disk", dl ? `${fmt.gib(dl.free_bytes)} / ${fmt.gib(dl.total_bytes)}` : LG.DASH);
     set("disk-shared", ds ? `shared ${fmt.gib(ds.free_bytes)} / ${fmt.gib(ds.total_bytes)}` : "no shared filesystem");
@@ -42,9 +43,38 @@
     rows($("engines").tBodies[0], list, (e) => el("tr", {}, [
       el("td", {}, fmt.dash(e.name)), el("td", {}, fmt.dash(e.version)),
       el("td", { class: e.status === "installed" ? "ok" : e.status === "failed" ? "bad" : "" }, fmt.dash(e.status)),
-      el("td", {}, fmt.num(e.cpu_cores, 1)), el("td", {}, fmt.bytes(e.memory_bytes)),
+      use(e, e.cpu_cores, (v) => `${fmt.num(v, 2)} cores`), use(e, e.memory_bytes, fmt.bytes),
       el("td", { class: "dim" }, fmt.dash(e.message)),
     ]), empty, 6);
+  }
+
+  // An engine's use summed over its shards here: none running is not zero
+  // use, and a shard the agent did not measure makes the sum unknown.
+  function use(e, v, show) {
+    if (!e.shards) return el("td", { class: "dim" }, "no shard");
+    return known(v) ? el("td", {}, show(v)) : el("td", { class: "dim unknown" }, "unknown");
+  }
+
+  const used = (v, show) => (known(v) ? show(v) : el("span", { class: "dim unknown" }, "unknown"));
+  const reserved = (v, show) => (known(v) ? show(v) : "none");
+  function replicas(d) {
+    const list = d.replicas || [];
+    const n = new Set(list.map((r) => r.replica)).size;
+    $("replica-count").textContent = n ? `${n} replica${n > 1 ? "s" : ""}` : "";
+    const cores = (v) => fmt.num(v, v < 10 ? 2 : 1);
+    rows($("replicas").tBodies[0], list, (r) => el("tr", { "data-replica": r.replica, "data-shard": r.shard }, [
+      el("td", {}, el("a", { href: `/held#${encodeURIComponent(r.model)}` }, r.model)),
+      el("td", {}, [r.profile, el("br"), el("small", { class: "dim" }, `${r.engine}${r.engine_version ? ` ${r.engine_version}` : ""}`)]),
+      el("td", { class: "gpus" }, r.gpus.length ? r.gpus.join(", ") : "none"),
+      el("td", { class: "cores" }, [used(r.cpu_cores, cores), " / ", reserved(r.reserved_cores, (v) => String(v))]),
+      el("td", { class: "memory" }, [used(r.memory_bytes, fmt.bytes), " / ", reserved(r.reserved_memory_bytes, fmt.bytes)]),
+      el("td", { class: `shard-state ${r.state === "ready" ? "ok" : r.state === "failed" || r.state === "lost" ? "bad" : ""}` }, [
+        r.state, r.replica_state !== r.state ? el("small", { class: "dim" }, ` (replica ${r.replica_state})`) : "",
+        r.restarts ? el("small", { class: "warn" }, ` · ${r.restarts} restart(s)`) : "",
+        r.message ? el("div", { class: "dim message" }, r.message) : ""]),
+      el("td", {}, when(r.created_at)),
+      el("td", { class: "route" }, r.route.startsWith("http") ? el("code", {}, r.route) : r.route),
+    ]), "No replica runs here.", 8);
   }
 
   function gpuCard(g) {
@@ -88,8 +118,8 @@
     for (const g of d.prometheus ? d.gpus : []) {
       const c = box.querySelector(`[data-gpu="${g.index}"] .gpu-charts`);
       const gs = `${sel},gpu="${g.index}"`;
-      gpuCharts.push({ box: null, title: "utilisation %", query: `llmgw_gpu_utilization_percent{${gs}}`, max: 100, container: c, label: () => `GPU ${g.index}` });
-      gpuCharts.push({ title: "memory used", query: `llmgw_gpu_memory_used_bytes{${gs}}`, unit: fmt.bytes, container: c, label: () => `GPU ${g.index}` });
+      gpuCharts.push({ box: null, title: "utilisation %", query: `llmgw_gpu_utilization_percent{${gs}}`, max: 100, unit: pct, axis: "% busy", container: c, label: () => `GPU ${g.index}` });
+      gpuCharts.push({ title: "memory used", query: `llmgw_gpu_memory_used_bytes{${gs}}`, unit: fmt.bytes, axis: "bytes", container: c, label: () => `GPU ${g.index}` });
     }
     drawGpuCharts();
   }
@@ -148,14 +178,19 @@
     set("sensors", items);
   }
 
+  // Each chart says its unit on its axis: cores as cores (d3's "~s" read
+  // 0.008 cores as "8m"), bytes in binary units, load and queues as counts.
+  const cores = (v) => d3.format("~g")(Number(v.toPrecision(3)));
+  const count = d3.format("~g");
+  const pct = (v) => `${cores(v)}%`;
   const history = [
-    { title: "CPU %", query: `llmgw_node_cpu_utilization_percent{${sel}}`, max: 100, label: () => "CPU" },
-    { title: "RAM used", query: `llmgw_node_memory_used_bytes{${sel}}`, unit: fmt.bytes, label: () => "used" },
-    { title: "Load", query: `llmgw_node_load{${sel}}`, label: (m) => m.window || "load" },
-    { title: "Cores per model", query: `sum by (model) (llmgw_shard_cpu_cores{${sel}})`, optional: true, label: (m) => m.model },
-    { title: "Memory per model", query: `sum by (model) (llmgw_shard_memory_bytes{${sel}})`, unit: fmt.bytes, optional: true, label: (m) => m.model },
+    { title: "CPU %", query: `llmgw_node_cpu_utilization_percent{${sel}}`, max: 100, unit: pct, axis: "% of all cores", label: () => "CPU" },
+    { title: "RAM used", query: `llmgw_node_memory_used_bytes{${sel}}`, unit: fmt.bytes, axis: "bytes", label: () => "used" },
+    { title: "Load", query: `llmgw_node_load{${sel}}`, unit: count, axis: "runnable tasks", label: (m) => m.window || "load" },
+    { title: "Cores per model", query: `sum by (model) (llmgw_shard_cpu_cores{${sel}})`, unit: cores, axis: "cores", optional: true, label: (m) => m.model },
+    { title: "Memory per model", query: `sum by (model) (llmgw_shard_memory_bytes{${sel}})`, unit: fmt.bytes, axis: "bytes", optional: true, label: (m) => m.model },
     // The gateway's queue for the models with a shard here; a shard's memory is what says it runs here.
-    { title: "Queue depth", query: `sum by (model) (llmgw_gateway_queue_depth and on (model) llmgw_shard_memory_bytes{${sel}})`, optional: true, label: (m) => m.model },
+    { title: "Queue depth", query: `sum by (model) (llmgw_gateway_queue_depth and on (model) llmgw_shard_memory_bytes{${sel}})`, unit: count, axis: "requests waiting", optional: true, label: (m) => m.model },
   ];
   async function drawHistory() {
     const box = $("charts");
@@ -169,11 +204,13 @@
 
   async function refresh() {
     const d = await LG.getJSON(`/console/api/nodes/${encodeURIComponent(name)}`);
-    now(d); engines(d); gpus(d); nvlink(d); domain(d); ports(d); sensors(d);
+    now(d); replicas(d); engines(d); gpus(d); nvlink(d); domain(d); ports(d); sensors(d);
     $("prom-note").textContent = d.prometheus ? "from Prometheus" : "Prometheus is not configured (LLMGW_PROMETHEUS_URL)";
+    root.dispatchEvent(new CustomEvent("node:data", { detail: d }));
     root.dataset.loaded = String(Number(root.dataset.loaded || 0) + 1);
   }
 
+  window.NodePage = { refresh };
   refresh().then(drawHistory);
   setInterval(() => { drawHistory(); drawGpuCharts(); }, 60000);
   // "models changed" names the nodes a burst of placements touched (null: many).
