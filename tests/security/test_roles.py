@@ -76,6 +76,8 @@ TABLE: dict[tuple[str, str], frozenset[str]] = {
     ("GET", "/api/v1/keys/"): READ,
     ("POST", "/api/v1/keys/"): OPERATE,
     ("GET", "/api/v1/keys/{id}/"): READ,
+    # A key's limits: an operator's own keys, an admin's any.
+    ("PATCH", "/api/v1/keys/{id}/"): OPERATE,
     ("POST", "/api/v1/keys/{id}/revoke/"): OPERATE,
 }
 
@@ -268,9 +270,11 @@ def test_an_operator_makes_keys_for_themselves_for_named_models_only(fleet, pers
     assert everything.status_code == 403 and "admin" in everything.json()["detail"]
     named = api.post("/api/v1/keys", {"name": "mine", "models": ["m"]}, format="json")
     assert named.status_code == 201 and named.json()["owner"] == personas[OP].username
-    # Their own keys only: the admin's key is not theirs to see or revoke.
+    # Their own keys only: the admin's key is not theirs to see, limit or revoke.
     assert [k["name"] for k in api.get("/api/v1/keys").json()] == ["mine"]
     assert api.post(f"/api/v1/keys/{fleet['key']}/revoke").status_code == 404
+    lift = {"requests_per_minute": None}
+    assert api.patch(f"/api/v1/keys/{fleet['key']}", lift, format="json").status_code == 404
     assert ApiKey.objects.get(pk=fleet["key"]).revoked_at is None
 
 
