@@ -24,8 +24,11 @@ from llmgw.inventory.api.node_list import node_rows
 from llmgw.inventory.models import Gpu, Node
 from llmgw.locations import TREE as LEVELS
 from llmgw.locations import label
+from llmgw.serving.models import Shard
 
 PAGE_SIZE = 100
+# Models named in a row's "Runs" cell; the rest are counted, all in its title.
+RUNS_SHOWN = 2
 RACK = label("rack")
 # What the table shows of each node.
 FIELDS = [
@@ -89,8 +92,12 @@ def _query(params: QueryDict) -> tuple[filters.NodeQuery, dict[str, str], int]:
 def _with_location(row: dict[str, Any]) -> dict[str, Any]:
     labels = row.get("labels") or {}
     location = {label(level) for level in (*LEVELS, "pdu")}
-    levels = [labels.get(label(level)) for level in LEVELS]
-    row["location"] = "/".join(v or "-" for v in levels) if any(levels) else ""
+    # Only the levels the labels name: "-/hall1/..." read as a site called "-".
+    known = [(level, v) for level in LEVELS if (v := labels.get(label(level)))]
+    row["location"] = "/".join(v for _, v in known)
+    row["location_title"] = " · ".join(
+        f"{level} {dict(known).get(level) or 'unknown'}" for level in LEVELS
+    )
     row["pdu"] = labels.get(label("pdu")) or ""
     row["rack"] = labels.get(RACK) or ""
     row["other_labels"] = {k: v for k, v in labels.items() if k not in location}
@@ -98,6 +105,30 @@ def _with_location(row: dict[str, Any]) -> dict[str, Any]:
         f"{n}× {cls or '-'}" for cls, n in sorted((row.get("gpu_classes") or {}).items())
     )
     return row
+
+
+def runs(names: list[str]) -> dict[str, list[tuple[str, int]]]:
+    """Each named node's models, with how many of their replicas have a
+    shard on it: one query for a page of rows, never one a row."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    rows = (
+        Shard.objects.filter(node__name__in=names)
+        .values_list("node__name", "replica__model__name")
+        .annotate(replicas=Count("replica", distinct=True))
+        .order_by("node__name", "replica__model__name")
+    )
+    for node, model, replicas in rows:
+        out.setdefault(node, []).append((model, replicas))
+    return out
+
+
+def _with_runs(rows: list[dict[str, Any]]) -> None:
+    found = runs([r["name"] for r in rows])
+    for row in rows:
+        models = [f"{m} ×{n}" if n > 1 else m for m, n in found.get(row["name"], [])]
+        row["runs"] = ", ".join(models[:RUNS_SHOWN])
+        row["runs_more"] = len(models) - RUNS_SHOWN if len(models) > RUNS_SHOWN else 0
+        row["runs_title"] = ", ".join(models)
 
 
 def _link(chosen: dict[str, str], page: int | None) -> str | None:
@@ -137,6 +168,7 @@ def table(params: QueryDict, now: datetime) -> Table:
     out.page = min(out.page, out.pages)
     start = (out.page - 1) * PAGE_SIZE
     out.rows = [_with_location(r) for r in node_rows(nodes, FIELDS, start, start + PAGE_SIZE, now)]
+    _with_runs(out.rows)
     out.links = {
         "previous": _link(out.chosen, out.page - 1 if out.page > 1 else None),
         "next": _link(out.chosen, out.page + 1 if out.page < out.pages else None),
