@@ -36,7 +36,8 @@ BENCHES = {
     ),
     "bench-routing": (
         "routing.py",
-        r"\nllmgw prefix +\d+ [\s\S]*\nllmgw load +\d+ [\s\S]*prefix-aware vs load-only: TTFT",
+        r"\nllmgw prefix +\d+ [\s\S]*\nllmgw load +\d+ [\s\S]*prefix-aware vs load-only: TTFT"
+        r"[\s\S]*\n1 request .* 200: 1\nburst of 10 .* 200: 10\n",
         "db",
     ),
     "bench-placement": (
