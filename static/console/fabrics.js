@@ -186,6 +186,8 @@
       const s = L.switches.get(guid);
       n.addEventListener("mouseenter", () => { tip(s); if (!st.pinned) focus(touching(s)); });
       n.addEventListener("mouseleave", () => { tip(null); if (!st.pinned) focus(null); });
+      n.addEventListener("focus", () => tip(s));
+      n.addEventListener("blur", () => tip(null));
       n.addEventListener("click", (ev) => { ev.stopPropagation(); showPanel(s); });
     }
   }
