@@ -123,7 +123,13 @@ def gateway_report() -> None:
         metrics.observe(first_bytes, MODEL, seconds / 10)
     metrics.observe(durations, "503", 0.001)
     latency = metrics.latency_report({MODEL: durations}, first_bytes)
-    load.publish({MODEL: 2.0}, {MODEL: 1}, {MODEL: {"200": 5, "503": 1}}, latency=latency)
+    load.publish(
+        {MODEL: 2.0},
+        {MODEL: 1},
+        {MODEL: {"200": 5, "503": 1}},
+        latency=latency,
+        routing={MODEL: {"prefix": 4, "load": 2}},
+    )
 
 
 def scraped(server: str) -> set[str]:
