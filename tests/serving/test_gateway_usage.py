@@ -341,3 +341,30 @@ def test_sums_match_llama_servers_usage_streaming_or_not(gateway_server, llama_s
     assert row.prompt_tokens == 3 * whole["prompt_tokens"]
     assert row.completion_tokens == 3 * whole["completion_tokens"]
     assert row.completion_tokens == predicted(llama_server) - before
+
+
+def test_a_database_that_fails_a_save_loses_no_usage_and_stops_no_publish(
+    gateway_server, engines, monkeypatch, caplog
+):
+    from django.db import OperationalError
+
+    from llmgw.serving.gateway import app, load
+
+    replica("tiny", engines("a").url)
+    created = keys.create_key("k", None, ["tiny"])
+    gateway_server.refresh()
+    assert post(gateway_server, created.key, CHAT).status_code == 200
+
+    def down(batch: usage.Batch) -> None:
+        raise OperationalError("the database is down")
+
+    monkeypatch.setattr(app, "save", down)
+    gateway_server.publish()
+    # The load still went out, and the usage waits in memory.
+    assert any(r["requests"].get("tiny") for r in load.reports())
+    assert "usage not saved" in caplog.text and not KeyUsage.objects.exists()
+    assert post(gateway_server, created.key, CHAT).status_code == 200
+    monkeypatch.setattr(app, "save", usage.save)
+    gateway_server.publish()
+    row = KeyUsage.objects.get()
+    assert (row.requests, row.prompt_tokens, row.completion_tokens) == (2, 2, 2)

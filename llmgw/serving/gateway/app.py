@@ -194,15 +194,15 @@ class Gateway:
         self.flow.update(self.router.table, coming)
 
     async def save_usage(self) -> None:
-        """Usage since the last save, added to the database's; kept on failure."""
+        """Usage since the last save, added to the database's; kept on
+        failure, and the load published all the same."""
         batch = self.usage.take()
         if not batch:
             return
         try:
             await self._in_db_thread(save, batch)
-        except Exception:
-            self.usage.put_back(batch)
-            raise
+        except Exception as exc:
+            self.usage.put_back(batch, exc)
 
     async def scrape(self) -> None:
         await self.proxy.scrape()

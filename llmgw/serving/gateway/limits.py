@@ -353,9 +353,12 @@ class Limiter:
         if not self.held or self.store is None or (not force and now - self._renewed_at < RENEW_S):
             return
         self._renewed_at = now
-        await self.store.renew(
-            [(t.base, t.lease) for t in list(self.held.values())], int(LEASE_S * 1000)
-        )
+        try:
+            await self.store.renew(
+                [(t.base, t.lease) for t in list(self.held.values())], int(LEASE_S * 1000)
+            )
+        except Exception as exc:  # noqa: BLE001  # the next beat tries again
+            self._warn(exc)
 
     def _warn(self, exc: BaseException) -> None:
         now = time.monotonic()

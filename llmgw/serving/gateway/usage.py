@@ -19,6 +19,9 @@ so every web process reports the same figures and they survive restarts.
 
 from __future__ import annotations
 
+import logging
+import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from llmgw.serving.gateway.naming import StreamRenamer, rename
 
+log = logging.getLogger("llmgw.gateway")
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 _USAGE = b'"usage"'
@@ -143,6 +147,7 @@ class Meter:
 
     def __init__(self) -> None:
         self.batch: Batch = {}
+        self._warned_at = -math.inf
 
     def add(self, key_id: int, model: str, tokens: tuple[int, int] | None) -> None:
         row = self.batch.get((key_id, model))
@@ -157,8 +162,13 @@ class Meter:
         batch, self.batch = self.batch, {}
         return batch
 
-    def put_back(self, batch: Batch) -> None:
-        """A batch that failed to save, added to what came meanwhile."""
+    def put_back(self, batch: Batch, failure: BaseException | None = None) -> None:
+        """A batch that failed to save, added to what came meanwhile; the
+        failure logged once a minute at most (it is tried every second)."""
+        now = time.monotonic()
+        if failure is not None and now - self._warned_at >= 60:
+            self._warned_at = now
+            log.warning("gateway: usage not saved, kept for the next try: %r", failure)
         for key, (requests, prompt, completion) in batch.items():
             row = self.batch.setdefault(key, [0, 0, 0])
             row[0] += requests
