@@ -178,3 +178,35 @@ def test_a_waiting_stream_gets_its_first_byte_from_the_engine(gateway_server, en
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 200")
     assert b"text/event-stream" in answer and b"a0 " in answer and b"[DONE]" in answer
+
+
+def test_a_key_over_its_limits_is_told_at_once_not_queued(gateway_server):
+    import redis
+    from django.conf import settings
+
+    from llmgw.serving import keys
+    from llmgw.serving.gateway import limits
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    for name in client.scan_iter(limits.PREFIX + "*"):
+        client.delete(name)
+    held_at_zero()
+    one_at_a_time = keys.create_key(
+        "one", None, ["lazy"], limits={"max_concurrent_requests": 1}
+    ).key
+    flow = gateway_server.gateway.flow
+    flow.wait_s = 2.0
+    gateway_server.refresh()
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(post, gateway_server, one_at_a_time, "lazy", "first")
+        until(lambda: flow.waiting("lazy") == 1)
+        # The waiting request is the key's one at a time: the next is refused
+        # by the key's limit without taking a place in the model's queue.
+        over = post(gateway_server, one_at_a_time, "lazy", "second")
+        assert over.status_code == 429 and over.json()["error"]["code"] == "rate_limit_exceeded"
+        assert flow.waiting("lazy") == 1
+        assert waiting.result(timeout=10).status_code == 503
+    # The request that waited in vain gave its slot back.
+    answer = post(gateway_server, one_at_a_time, "lazy", "third")
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "queue_timeout"
+    client.close()

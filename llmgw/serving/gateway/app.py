@@ -342,18 +342,22 @@ class Gateway:
         if not key.allows(model) or (model not in router.models and model not in router.table):
             await send_error(send, 404, *_not_found(model), param="model")
             return
+        # The key's limits before the queue: a key over them must not take
+        # places in the queue from other keys' requests, nor wait to be told.
+        ticket = await self.limits.admit(key) if key.limits is not None else None
+        if ticket is not None and ticket.refused:
+            await self._over_limit(ticket, model, send, started)
+            return
         admission = await self.flow.admit(model, receive)
         if admission is not Admission.GO:
+            if ticket is not None:
+                await self.limits.finish(ticket, 0)
             if admission is not Admission.GONE:
                 self._refused[model] = self._refused.get(model, 0) + 1
             status = await turn_away(send, model, admission, RETRY_AFTER_S)
             self._count(model, status, started)
             return
         try:
-            ticket = await self.limits.admit(key) if key.limits is not None else None
-            if ticket is not None and ticket.refused:
-                await self._over_limit(ticket, model, send, started)
-                return
             self._used_keys.add(key.id)
             path = scope["path"]
             if scope.get("query_string"):
