@@ -28,9 +28,8 @@ from llmgw.placement import claims
 from llmgw.placement import services as placement
 from llmgw.placement.explaining import lines
 from llmgw.placement.scheduler import Inventory
-from llmgw.placement.snapshot import profile_view
+from llmgw.placement.snapshot import kept_view, profile_view
 from llmgw.placement.types import Decision, Explanation, Placement, Rejection
-from llmgw.placement.types import Profile as ProfileView
 from llmgw.serving import checked, desired, storing, warm
 from llmgw.serving.choices import ReplicaState
 from llmgw.serving.models import PlacementRecord, Replica, Shard
@@ -171,7 +170,7 @@ def _place_one(
 ) -> tuple[Replica | None, Placement, Held | None, list[int]]:
     """One decision, stored and applied to `inventory`: the replica, what
     became of always_running (with `hold`), the nodes it claims on."""
-    profiles = [_view(p) for p in stored]
+    profiles = [kept_view(p) for p in stored]
     decision, attempts = placement.decide_on(inventory, model.name, profiles)
     data = placement.record_data(model.name, decision, attempts)
     result = Placement(
@@ -221,26 +220,6 @@ def _catalog(model_name: str, hold: bool = False) -> tuple[Model, list[Profile]]
             profiles.append(profile)
     _BUILT[model_name] = (rows, model, profiles)
     return model, profiles
-
-
-def _view(stored: Profile) -> ProfileView:
-    """The placement's view of a stored profile, made once per instance:
-    _catalog hands out the same instances while the rows are the same, and
-    the rule table works out what it needs of a view once per view
-    (placement.verdicts.kind), which a view made afresh on every placement
-    had to do again (a tenth of a millisecond of CPU)."""
-    hit = _VIEWS.get(id(stored))
-    if hit is not None and hit[0] is stored:
-        return hit[1]
-    if len(_VIEWS) >= 1024:
-        _VIEWS.clear()
-    view = profile_view(stored)
-    _VIEWS[id(stored)] = (stored, view)
-    return view
-
-
-# id(stored profile) -> the instance (kept, so that the id is not reused) and its view.
-_VIEWS: dict[int, tuple[Profile, ProfileView]] = {}
 
 
 # Each model's catalog rows as last read and the instances built from them:
