@@ -158,6 +158,13 @@ DATABASES["default"]["OPTIONS"] = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.url("REDIS_URL", ("redis", "rediss", "unix"))
+# The channel layer's Redis connections in one process, and how many of
+# them group joins and leaves may take at once (llmgw.groups): thousands of
+# streams closing together otherwise ran the pool dry.
+CHANNEL_LAYER_CONNECTIONS = env.integer("LLMGW_CHANNEL_LAYER_CONNECTIONS", 2000, minimum=10)
+CHANNEL_GROUP_OPS = env.integer(
+    "LLMGW_CHANNEL_GROUP_OPS", CHANNEL_LAYER_CONNECTIONS // 10, minimum=1
+)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -178,7 +185,7 @@ if REDIS_URL:
                         "address": REDIS_URL,
                         "socket_timeout": 30,
                         "socket_connect_timeout": 5,
-                        "max_connections": 2000,
+                        "max_connections": CHANNEL_LAYER_CONNECTIONS,
                     }
                 ]
             },

@@ -10,6 +10,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from llmgw import groups
 from llmgw.accounts import roles
 from llmgw.console.events import GROUP
 
@@ -23,11 +24,11 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Chan
         if not await database_sync_to_async(roles.is_viewer)(user):
             await self.close(code=4403)
             return
-        await self.channel_layer.group_add(GROUP, self.channel_name)
+        await groups.join(self.channel_layer, GROUP, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
-        await self.channel_layer.group_discard(GROUP, self.channel_name)
+        await groups.leave(self.channel_layer, GROUP, self.channel_name)
 
     async def console_event(self, event: dict[str, Any]) -> None:
         await self.send_json({k: v for k, v in event.items() if k != "type"})

@@ -25,6 +25,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from llmgw_agent.protocol.stream import Command, Result
 
+from llmgw import groups
 from llmgw.inventory import commands, node_certificates, services
 from llmgw.inventory.api import agent_request
 
@@ -65,7 +66,7 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # 
         self.node_id, self.held = node.pk, held
         self._lock = asyncio.Lock()
         self.group = commands.group(node.pk, held)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        await groups.join(self.channel_layer, self.group, self.channel_name)
         await self.accept()
         # Commands queued before it opened go at once; later ones at the
         # wake-up, or at the process's next poll.
@@ -84,7 +85,7 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # 
     async def disconnect(self, code: int) -> None:
         await self._stop_polling()
         if self.group is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await groups.leave(self.channel_layer, self.group, self.channel_name)
 
     async def _stop_polling(self) -> None:
         _watch().streams.discard(self)
