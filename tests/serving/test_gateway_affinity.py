@@ -16,8 +16,8 @@ from llmgw.serving.choices import ReplicaState
 from llmgw.serving.gateway.affinity import Affinity, PrefixIndex, block_hashes, prompt_bytes
 from llmgw.serving.gateway.routing import Upstream
 from llmgw.serving.models import Replica, Shard
-from tests.servers import answers_200, free_port, start_server
-from tests.serving.gateway_peers import engines, gateway_server  # noqa: F401
+from tests.servers import ServerThread, answers_200, free_port, start_server
+from tests.serving.gateway_peers import GatewayServer, engines, gateway_server  # noqa: F401
 from tests.serving.test_gateway import key, replica, upstream_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -108,6 +108,35 @@ def test_a_hot_prefix_spreads_once_its_replica_is_busier(gateway_server, engines
     # The other replica has seen the system prompt too now: both match it
     # equally, and the less loaded of them wins.
     assert decisions(gateway_server) == {"load": 1, "balance": 1, "prefix": 2}
+
+
+def test_web_processes_routing_apart_all_leave_a_replica_its_engine_calls_busy(
+    gateway_server, engines
+):
+    """Each web process has its index and its own requests in flight; the
+    engine's queue, scraped by every process, is what they share. A
+    replica whose engine says it is busy loses the hot prefix in each."""
+    from django.core.asgi import get_asgi_application
+
+    from llmgw.serving.gateway.app import Gateway, mount
+
+    a, b, api_key = two_replicas(gateway_server, engines)
+    gateway = Gateway(background=False)
+    server = ServerThread(mount(gateway, get_asgi_application())).start()
+    other = GatewayServer(gateway, server)
+    try:
+        other.refresh()
+        processes = (gateway_server, other)
+        for gw in processes:
+            for n in range(2):
+                chat(gw, api_key, conversation(n))
+        a.queue = 6
+        for gw in processes:
+            gw.scrape()
+            assert [chat(gw, api_key, conversation(n)) for n in range(2, 5)] == ["b"] * 3
+    finally:
+        server.call(gateway.stop())
+        server.stop()
 
 
 def test_load_only_when_prefix_routing_is_off(gateway_server, engines):
