@@ -285,3 +285,32 @@ def test_a_lease_is_kept_while_renewed_and_freed_when_its_process_is_gone(counte
             await other.close()
 
     assert asyncio.run(run()) == ["concurrency", "concurrency", "concurrency", ""]
+
+
+def test_a_slot_whose_request_ended_unfinished_comes_back_at_the_next_renewal(counters):
+    import asyncio
+
+    from llmgw.serving.gateway.snapshot import KeyScope, Limits
+
+    key = KeyScope(8, "k", None, Limits(None, None, 1))
+
+    async def run() -> list[str]:
+        limiter = limits.Limiter(settings.REDIS_URL)
+        limiter.open()
+        try:
+            # A request's task that takes the slot and dies before it ends.
+            async def request() -> None:
+                await limiter.admit(key)
+                raise RuntimeError("a path nobody foresaw")
+
+            await asyncio.gather(asyncio.create_task(request()), return_exceptions=True)
+            held = await limiter.admit(key)
+            seen = [held.refused if held else "unreachable"]
+            await limiter.renew(force=True)
+            again = await limiter.admit(key)
+            seen.append(again.refused if again else "unreachable")
+            return seen
+        finally:
+            await limiter.close()
+
+    assert asyncio.run(run()) == ["concurrency", ""]

@@ -6,9 +6,10 @@ Lua script so that it is atomic across processes: a fixed window a minute,
 aligned to Redis's own clock (every process reads the same minute), for
 requests and for tokens; and for requests at once a sorted set of leases,
 one a request, each expiring LEASE_S after it was last renewed. A request
-ends by removing its lease, on every path (answered, failed, hung up); a
-process that dies holding leases frees them within LEASE_S, as its beat no
-longer renews them.
+ends by removing its lease, on every path (answered, failed, hung up; a
+request whose task ended any other way, at the next renewal); a process
+that dies holding leases frees them within LEASE_S, as its beat no longer
+renews them.
 
 Tokens are what the engines report in `usage` (prompt and completion),
 charged when the answer ends: a request is let in while the minute's tokens
@@ -23,6 +24,7 @@ rather than fails on its rate limiter) and the log says so.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import math
@@ -242,6 +244,10 @@ class Ticket:
     refused: str = ""
     retry_after_s: int = 0
     finished: bool = field(default=False)
+    # The request's task: one that ended without finishing its ticket (an
+    # exception on a path nobody foresaw) gives its slot back at the next
+    # renewal rather than holding it for as long as the process lives.
+    task: asyncio.Task[Any] | None = None
 
 
 def _headers(limits: Limits, found: list[Any], refused: str) -> list[tuple[bytes, bytes]]:
@@ -314,6 +320,7 @@ class Limiter:
             ticket.headers.append((b"retry-after", str(ticket.retry_after_s).encode()))
             ticket.finished = True
         elif lease:
+            ticket.task = asyncio.current_task()
             self.held[lease] = ticket
         return ticket
 
@@ -353,6 +360,10 @@ class Limiter:
         if not self.held or self.store is None or (not force and now - self._renewed_at < RENEW_S):
             return
         self._renewed_at = now
+        for orphan in [t for t in self.held.values() if t.task is not None and t.task.done()]:
+            await self.finish(orphan, 0)
+        if not self.held:
+            return
         try:
             await self.store.renew(
                 [(t.base, t.lease) for t in list(self.held.values())], int(LEASE_S * 1000)
