@@ -314,3 +314,29 @@ def test_a_slot_whose_request_ended_unfinished_comes_back_at_the_next_renewal(co
             await limiter.close()
 
     assert asyncio.run(run()) == ["concurrency", ""]
+
+
+def test_without_redis_the_one_process_counts_alike():
+    """The embedded default (no REDIS_URL, one web process): the same
+    windows and slots, kept in the process."""
+    import asyncio
+
+    from llmgw.serving.gateway.snapshot import KeyScope, Limits
+
+    key = KeyScope(9, "k", None, Limits(2, 3, 1))
+
+    async def run() -> list[str]:
+        limiter = limits.Limiter(None)
+        limiter.open()
+        assert isinstance(limiter.store, limits.MemoryStore)
+        first, second = await limiter.admit(key), await limiter.admit(key)
+        assert first is not None and second is not None
+        await limiter.finish(first, 4)  # the slot back, 4 tokens of 3
+        third = await limiter.admit(key)
+        assert third is not None
+        return [second.refused, third.refused]
+
+    now = time.time() % 60
+    if now > 58:
+        time.sleep(60 - now + 0.05)
+    assert asyncio.run(run()) == ["concurrency", "tokens"]
