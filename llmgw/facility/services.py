@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from llmgw import events, holdings
 from llmgw.database.atomic import atomic
-from llmgw.facility import domains, power
+from llmgw.facility import domains, power, readings
 from llmgw.facility.models import DRAINED, Budget, Hold
 from llmgw.inventory.models import Node
 from llmgw.locations import LEVELS, TREE
@@ -131,24 +131,23 @@ def overview() -> dict[str, Any]:
     them, and the sum of each node's largest known figure)."""
     facility = Facility()
     declared = declared_by_node()
-    nodes = list(
-        Node.objects.only("name", "agent_labels", "operator_labels", "gpu_telemetry", "sensors")
-    )
     rows: dict[str, dict[str, Any]] = {}
     above: dict[str, list[str]] = {}
-    for n in nodes:
-        d = declared.get(n.pk)
-        nf = facility.for_node(n)
-        figures = (d, nf.derived_w, nf.measured_w)
+    for n in readings.nodes():
+        figures = (declared.get(n.pk), n.derived_w, n.measured_w)
         draw = power.largest(*figures)
         source = _source(figures, draw)
-        keys = domains.keys_of(n.name, n.labels)
-        tree = [k for k in keys[:-1] if k.partition("=")[0] in TREE]
+        # As domains.keys_of says them: largest first, the node itself last.
+        keys = [f"{level}={v}" for level, v in zip(LEVELS, n.place, strict=True) if v]
+        tree = [k for k in keys if k.partition("=")[0] in TREE]
+        keys.append(n.name)
         for key in keys:
             named = "=" in key
             if not named and key not in facility.holds and key not in facility.budgets:
                 continue
-            row = rows.setdefault(key, _row(key, facility))
+            row = rows.get(key)
+            if row is None:
+                row = rows[key] = _row(key, facility)
             row["nodes"].append(n.name)
             for name, value in zip(("declared_w", "derived_w", "measured_w"), figures, strict=True):
                 if value is not None:

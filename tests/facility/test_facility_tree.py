@@ -92,3 +92,36 @@ def test_the_facility_page_has_hold_controls_for_operators_only(client: Any, ope
 
     roles.grant(viewer, None)
     assert client.get("/facility").status_code == 403
+
+
+ODD_READINGS = [
+    # (gpu_telemetry, sensors): what agents old and new have left stored.
+    ([{"index": 0, "power_limit_w": 700, "power_draw_w": 312.5}], {"cpu_packages": []}),
+    ([{"index": 0, "power_limit_w": True, "power_draw_w": "310"}], None),
+    ([{"index": 0}, "junk", [1, 2]], {"cpu_packages": [{"package": 0, "power_w": 95}]}),
+    (None, {"cpu_packages": "none"}),
+    ({"not": "a list"}, ["not", "a mapping"]),
+    ([], {"cpu_packages": [{"power_w": None}, {"power_w": 80.5}, 7]}),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("telemetry", "sensors"), ODD_READINGS)
+def test_the_listing_sums_power_as_the_placement_reads_it(
+    nodes: Any,  # noqa: F811
+    telemetry: Any,
+    sensors: Any,
+) -> None:
+    from llmgw.facility import power
+    from llmgw.inventory.models import Node
+
+    Node.objects.filter(name="n3").update(gpu_telemetry=telemetry, sensors=sensors)
+    services.hold("n3", "watch it", False, "ops")
+    row = rows()["n3"]
+    derived = power.derived(telemetry if isinstance(telemetry, list) else None)
+    measured = power.measured(
+        telemetry if isinstance(telemetry, list) else None,
+        sensors if isinstance(sensors, dict) else None,
+    )
+    assert (row["derived_w"], row["measured_w"]) == (derived, measured)
+    assert row["unknown_nodes"] == (derived is None and measured is None)
