@@ -12,7 +12,8 @@
     const r = stage.getBoundingClientRect();
     canvas.width = Math.round(r.width * st.dpr); canvas.height = Math.round(r.height * st.dpr);
     canvas.style.width = `${r.width}px`; canvas.style.height = `${r.height}px`;
-    redraw();
+    // Fitted and untouched since: still fitted, to the stage as it is now.
+    if (L && st.fitted) fit(); else redraw();
   }
   function redraw() {
     if (!L || frame) return;
@@ -23,7 +24,7 @@
     st.t = ev.transform;
     viewport.setAttribute("transform", ev.transform.toString());
     overlaySvg.classList.toggle("far", ev.transform.k < 0.45);
-    if (ev.sourceEvent) $("tip").hidden = true;
+    if (ev.sourceEvent) { $("tip").hidden = true; st.fitted = false; }
     redraw();
   });
   d3.select(overlaySvg).call(zoom).on("dblclick.zoom", null);
@@ -34,6 +35,7 @@
     const [[x0, y0], [x1, y1]] = box || L.extent;
     const k = Math.min(8, (w - 2 * pad) / Math.max(1, x1 - x0), (r.height - 2 * pad) / Math.max(1, y1 - y0));
     const t = d3.zoomIdentity.translate(w / 2 - (k * (x0 + x1)) / 2, r.height / 2 - (k * (y0 + y1)) / 2).scale(k);
+    st.fitted = !box && !right;
     (animate ? d3.select(overlaySvg).transition().duration(500) : d3.select(overlaySvg)).call(zoom.transform, t);
   }
 
@@ -136,13 +138,14 @@
     if (keep && data && r.data.taken_at === data.taken_at) { await loadPorts(); return; }
     fabricId = wanted;
     data = r.data;
+    // The summary first: its lines decide how tall the stage is, and the layout fits the stage.
+    const s = data.map.summary;
+    $("fabric-summary").textContent = `${s.switches} switches (${s.core} core, ${s.spine} spine, ${s.leaf} leaf) · ${s.host_adapters} adapters · ${s.links} cables · ${s.degraded_links} degraded · ${s.problems || 0} cabling problems · ${s.rail_optimised ? `rail-optimised, ${s.misaligned_rails} off their rail` : "not rail-optimised"} · mapped ${data.taken_at ? new Date(data.taken_at).toLocaleString() : "-"} from ${data.source_node || "-"}`;
     const box = stage.getBoundingClientRect();
     L = FabricLayout.layout(data.map, { width: box.width, height: box.height });
     L.tree = d3.quadtree(L.adapters, (a) => a.x, (a) => a.y);
     layer = FabricDraw.overlay(viewport, L, st.mode);
     FabricDraw.legend($("legend"), L, st.mode);
-    const s = data.map.summary;
-    $("fabric-summary").textContent = `${s.switches} switches (${s.core} core, ${s.spine} spine, ${s.leaf} leaf) · ${s.host_adapters} adapters · ${s.links} cables · ${s.degraded_links} degraded · ${s.problems || 0} cabling problems · ${s.rail_optimised ? `rail-optimised, ${s.misaligned_rails} off their rail` : "not rail-optimised"} · mapped ${data.taken_at ? new Date(data.taken_at).toLocaleString() : "-"} from ${data.source_node || "-"}`;
     showFindings();
     $("node-names").replaceChildren(...[...new Set(L.adapters.map((a) => a.node).filter(Boolean))].sort().map((n) => el("option", { value: n })));
     $("empty").hidden = true; $("findings").hidden = false;
@@ -237,7 +240,8 @@
     FabricDraw.legend($("legend"), L, st.mode); redraw();
   });
   $("fabric").addEventListener("change", () => { history.replaceState(null, "", `?fabric=${$("fabric").value}`); drawn = false; loadMap(); });
-  window.addEventListener("resize", resize);
+  // The stage takes what the toolbar leaves, which changes as its text fills in.
+  new ResizeObserver(resize).observe(stage);
 
   resize();
   loadMap().catch((e) => empty(`Could not load the map: ${e.message}`));
