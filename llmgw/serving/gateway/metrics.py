@@ -127,8 +127,8 @@ class GatewayCollector(Collector):
         depth = GaugeMetricFamily(
             "llmgw_gateway_queue_depth",
             "Requests waiting for the model: engine queues, the gateway's requests with no "
-            "first byte where an engine's queue is unknown, and requests refused in the last "
-            "second for want of a ready replica",
+            "first byte where an engine's queue is unknown, those waiting in the gateway's "
+            "queues for a free or a first replica, and those refused in the last few seconds",
             labels=["model"],
         )
         in_flight = GaugeMetricFamily(
