@@ -7,11 +7,13 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
+from llmgw.catalog.models import Model
 from llmgw.serving import keys
 from tests.servers import answers_200, free_port, start_server
 from tests.serving.gateway_peers import gateway_server  # noqa: F401
@@ -130,3 +132,51 @@ def test_a_client_that_hangs_up_stops_the_generation(gateway_server, llama_serve
     assert "llamacpp:requests_processing 0" in metrics
     assert predicted(llama_server) - before < 500
     assert gateway_server.gateway.requests["tiny"] == {"499": 1}
+
+
+def test_requests_waiting_for_a_replica_are_streamed_from_it_in_order(gateway_server, llama_server):
+    # Held only under load, no replica yet: the requests wait in the
+    # gateway's queue; one at a time per replica, so the engine's slots
+    # take them in the order they came.
+    Model.objects.create(name="tiny", source="hf://x/tiny", under_load=1)
+    api_key = keys.create_key("k", None, ["tiny"]).key
+    flow = gateway_server.gateway.flow
+    flow.per_replica = 1
+    gateway_server.refresh()
+
+    def ask() -> tuple[float, list[str]]:
+        with httpx.stream(
+            "POST",
+            gateway_server.url + "/v1/chat/completions",
+            json={"model": "tiny", "messages": MESSAGES, "max_tokens": 4, "stream": True},
+            headers={"authorization": f"Bearer {api_key}"},
+            timeout=30,
+        ) as response:
+            assert response.status_code == 200
+            first = None
+            lines = []
+            for line in response.iter_lines():
+                first = first or time.monotonic()
+                if line:  # the blank line after each event
+                    lines.append(line)
+        assert first is not None
+        return first, lines
+
+    with ThreadPoolExecutor(3) as pool:
+        sent = []
+        for i in range(3):
+            sent.append(pool.submit(ask))
+            deadline = time.monotonic() + 10
+            while flow.waiting("tiny") < i + 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        ready_at = time.monotonic()
+        replica("tiny", llama_server)
+        gateway_server.refresh()
+        answers = [f.result(timeout=30) for f in sent]
+    # Every first byte came after the replica was ready, from the engine,
+    # in arrival order; each stream is the engine's whole answer.
+    firsts = [first for first, _ in answers]
+    assert ready_at < firsts[0] < firsts[1] < firsts[2]
+    for _, lines in answers:
+        assert lines[0].startswith("data: {") and lines[-1] == "data: [DONE]"
