@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from llmgw.serving.gateway.exposition import sum_samples
+
 if TYPE_CHECKING:
     from llmgw.serving.gateway.routing import Upstream
 
@@ -247,28 +249,10 @@ class Affinity:
     def scraped(self, up: Upstream, text: str) -> None:
         """Forget the replica's prefixes if its engine restarted since the
         last scrape: its cache is empty."""
-        total = restart_counter(text)
+        total = sum_samples(text, RESTART_COUNTERS)
         if total is None:
             return
         before = self._counters.get(up)
         self._counters[up] = total
         if before is not None and total < before:
             self.indexes.pop(up, None)
-
-
-def restart_counter(text: str) -> float | None:
-    """The sum of the engine's grow-only counters, None if it has none."""
-    total: float | None = None
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        end = min(i for i in (line.find("{"), line.find(" "), len(line)) if i >= 0)
-        if line[:end] not in RESTART_COUNTERS:
-            continue
-        # The value follows the labels; a timestamp may follow it.
-        rest = line[line.rfind("}") + 1 :] if line[end : end + 1] == "{" else line[end:]
-        try:
-            total = (total or 0.0) + float(rest.split()[0])
-        except (ValueError, IndexError):
-            continue
-    return total

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from llmgw.serving.gateway.affinity import Affinity
+from llmgw.serving.gateway.exposition import sum_samples
 from llmgw.serving.gateway.snapshot import Route
 
 # The engines' own count of requests waiting for a slot.
@@ -57,25 +58,7 @@ class Upstream:
 
 def parse_queue_depth(text: str) -> float | None:
     """Sum the engine's queue metric over its label sets; None if absent."""
-    total: float | None = None
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        ends = [i for i in (line.find("{"), line.find(" ")) if i >= 0]
-        if not ends or line[: min(ends)] not in QUEUE_METRICS:
-            continue
-        end = min(ends)
-        rest = line[line.rfind("}") + 1 :] if line[end] == "{" else line[end:]
-        parts = rest.split()
-        if not parts:
-            continue
-        try:
-            value = float(parts[0])
-        except ValueError:
-            continue
-        if value == value:  # NaN: the engine has no figure
-            total = (total or 0.0) + value
-    return total
+    return sum_samples(text, QUEUE_METRICS)
 
 
 class Router:
