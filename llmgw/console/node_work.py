@@ -41,7 +41,7 @@ def route(shard: Shard, ranks: list[tuple[int, str]], node_ready: bool) -> str:
         leader = next((name for rank, name in ranks if rank == 0), None)
         served = f", served through {leader}" if leader else ""
         return f"rank {shard.rank} of {len(ranks)}{over}{served}"
-    spread = f" with {len(ranks) - 1} more node(s){over}" if len(ranks) > 1 else ""
+    spread = f" (rank 0 of {len(ranks)}{over})" if len(ranks) > 1 else ""
     if not shard.url:
         return f"not routed: not listening yet{spread}"
     if shard.replica.state != ReplicaState.READY:

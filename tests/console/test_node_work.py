@@ -106,3 +106,14 @@ def test_the_route_says_where_prompts_go_or_why_not(placed):
     assert a.state == "ready" and row["route"] == f"http://{address}:18123"
     [row] = [r for r in node_work.replicas(node, now, False) if r["model"] == "a"]
     assert row["route"].startswith("not routed: ")
+
+
+def test_a_shard_past_rank_0_names_the_node_that_serves_it() -> None:
+    from llmgw.serving.models import Replica, Shard
+
+    replica = Replica(fabric="ib-a", state="ready")
+    ranks = [(0, "h100-01"), (1, "h100-02")]
+    second = Shard(replica=replica, rank=1, url="")
+    assert node_work.route(second, ranks, True) == "rank 1 of 2 over ib-a, served through h100-01"
+    first = Shard(replica=replica, rank=0, url="http://10.0.0.5:18123")
+    assert node_work.route(first, ranks, True) == "http://10.0.0.5:18123 (rank 0 of 2 over ib-a)"
