@@ -16,8 +16,9 @@ import pytest
 
 from llmgw.catalog.models import Model
 from llmgw.inventory.models import Node
+from llmgw.serving import keys
 from llmgw.serving.gateway import load, metrics
-from llmgw.serving.models import HeldState, Replica, Shard
+from llmgw.serving.models import HeldState, KeyUsage, Replica, Shard
 from tests.console import fleet
 from tests.console.test_prometheus import prometheus  # noqa: F401
 from tests.inventory.test_gpus import A100_PENDING, join_with_gpus
@@ -94,6 +95,11 @@ def feed(url: str, data_dir: Path, make_node, agent_client) -> None:
     model.always_running = 1
     model.save(update_fields=["always_running"])
     HeldState.objects.create(model=model, target=1)
+    # A key's usage as the gateway saves it: the tokens per key panel.
+    key = keys.create_key("dashboards", None, [MODEL]).api_key
+    KeyUsage.objects.create(
+        api_key=key, model=MODEL, requests=3, prompt_tokens=30, completion_tokens=6
+    )
     agent, roots, clock = join_with_gpus(make_node, agent_client, "a100-1", A100_PENDING)
     node = Node.objects.get(name="a100-1")
     replica = Replica.objects.create(model=model, profile=model.profiles.first(), state="ready")
