@@ -33,11 +33,14 @@
 
   // Bytes ticked at round binary sizes (128 GiB, 256 GiB), not at the
   // decimal ones (93.1 GiB) a plain scale picks; the scale's top is made one.
+  // Their labels as short as the values are round: "16 GiB", not "16.0 GiB".
+  const BINARY = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
   function byteTicks(y, top) {
-    const unit = 1024 ** Math.max(0, Math.floor(Math.log(top) / Math.log(1024)));
+    const k = Math.min(BINARY.length - 1, Math.max(0, Math.floor(Math.log(top) / Math.log(1024))));
+    const unit = 1024 ** k;
     const [, hi] = d3.nice(0, top / unit, 4);
     y.domain([0, hi * unit]);
-    return d3.ticks(0, hi, 4).map((t) => t * unit);
+    return { values: d3.ticks(0, hi, 4).map((t) => t * unit), format: (v) => `${d3.format("~g")(v / unit)} ${BINARY[k]}` };
   }
 
   // Hovering a chart reads its series at that moment, with the full time.
@@ -59,7 +62,8 @@
       .on("mouseleave", () => { rule.style("display", "none"); at.textContent = " "; });
   }
 
-  // spec: {title, query, unit: fmt function, axis: the unit's words, label: series => legend text}
+  // spec: {title, query, unit: fmt function, axis: the unit's words,
+  //        label: series => its name, legend: false where the title names the one series}
   async function draw(container, spec) {
     const box = spec.box || frame(container, spec.title);
     spec.box = box;
@@ -80,13 +84,13 @@
     const x = d3.scaleTime().domain(d3.extent(all, (p) => p[0])).range([M.l, W - M.r]);
     const top = spec.max || d3.max(all, (p) => p[1]) || 1;
     const y = d3.scaleLinear().domain([0, top]).range([H - M.b, M.t]);
-    const ticks = spec.unit === LG.fmt.bytes ? byteTicks(y, top) : (y.nice(), null);
     const unit = spec.unit || d3.format("~g");
+    const ticks = spec.unit === LG.fmt.bytes ? byteTicks(y, top) : (y.nice(), { values: null, format: unit });
     const svg = d3.select(box).append("svg").attr("viewBox", `0 0 ${W} ${H}`).attr("class", "line-chart");
     svg.append("g").attr("class", "axis x").attr("transform", `translate(0,${H - M.b})`)
       .call(d3.axisBottom(x).ticks(4).tickFormat(hm).tickSizeOuter(0));
     svg.append("g").attr("class", "axis y").attr("transform", `translate(${M.l},0)`)
-      .call(d3.axisLeft(y).ticks(4).tickValues(ticks).tickFormat(unit));
+      .call(d3.axisLeft(y).ticks(4).tickValues(ticks.values).tickFormat(ticks.format));
     svg.append("text").attr("class", "axis-label x").attr("x", (M.l + W - M.r) / 2).attr("y", H - 4)
       .attr("text-anchor", "middle").text(span(x.domain()));
     if (spec.axis) {
@@ -97,7 +101,7 @@
     svg.selectAll("path.series").data(series).join("path").attr("class", "series")
       .attr("fill", "none").attr("stroke", (s) => s.color).attr("stroke-width", 1.6).attr("d", (s) => line(s.points));
     readout(svg, box, x, series, unit);
-    if (series.length > 1 || spec.label) {
+    if (spec.legend !== false && (series.length > 1 || spec.label)) {
       box.append(LG.el("div", { class: "legend" }, series.map((s) =>
         LG.el("span", {}, [LG.el("i", { style: `background:${s.color}` }), s.name]))));
     }

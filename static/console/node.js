@@ -118,8 +118,8 @@
     for (const g of d.prometheus ? d.gpus : []) {
       const c = box.querySelector(`[data-gpu="${g.index}"] .gpu-charts`);
       const gs = `${sel},gpu="${g.index}"`;
-      gpuCharts.push({ box: null, title: "utilisation %", query: `llmgw_gpu_utilization_percent{${gs}}`, max: 100, unit: pct, axis: "% busy", container: c, label: () => `GPU ${g.index}` });
-      gpuCharts.push({ title: "memory used", query: `llmgw_gpu_memory_used_bytes{${gs}}`, unit: fmt.bytes, axis: "bytes", container: c, label: () => `GPU ${g.index}` });
+      gpuCharts.push({ box: null, title: "utilisation %", query: `llmgw_gpu_utilization_percent{${gs}}`, max: 100, unit: pct, axis: "% busy", container: c, legend: false, label: () => `GPU ${g.index}` });
+      gpuCharts.push({ title: "memory used", query: `llmgw_gpu_memory_used_bytes{${gs}}`, unit: fmt.bytes, axis: "bytes", container: c, legend: false, label: () => `GPU ${g.index}` });
     }
     drawGpuCharts();
   }
