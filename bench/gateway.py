@@ -15,6 +15,9 @@ process, the control plane's own ASGI app) and through the LiteLLM proxy
 `--short` runs each part for a second or so, without LiteLLM, for the
 tests: it measures nothing worth quoting, only that every way still answers.
 Either form exits non-zero when a run answered errors or measured nothing.
+`--limited-key` gives llmgw's key limits that no run reaches (requests and
+tokens a minute, requests at once): what checking a key's limits costs, two
+Redis scripts a request, beside the same run without.
 
 Targets: added p50 under 1 ms for a request and for a 32-chunk stream; at
 least 20x LiteLLM's requests per second per gateway core (the inverse of
@@ -286,7 +289,16 @@ def measure(target: Target, path: str, body: bytes, stream: bool, concurrency: i
 # -- the three ways ----------------------------------------------------------
 
 
-def start_llmgw(upstream: str, model: str) -> tuple[Server, Target]:
+# --limited-key: limits no run reaches, so every request pays for their
+# checks (two Redis scripts) and none is refused.
+NO_REACH = {
+    "requests_per_minute": 10**9,
+    "tokens_per_minute": 10**9,
+    "max_concurrent_requests": 10**6,
+}
+
+
+def start_llmgw(upstream: str, model: str, limited: bool = False) -> tuple[Server, Target]:
     import django
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmgw.settings")
@@ -310,7 +322,7 @@ def start_llmgw(upstream: str, model: str) -> tuple[Server, Target]:
     )
     replica = Replica.objects.create(model=m, profile=profile, state="ready")
     Shard.objects.create(replica=replica, node=node, rank=0, url=upstream, state="ready")
-    key = keys.create_key("bench", None, [model]).key
+    key = keys.create_key("bench", None, [model], limits=NO_REACH if limited else None).key
     from django.db import connections
 
     connections.close_all()
@@ -377,7 +389,7 @@ def constant_reply(args: argparse.Namespace) -> dict[str, tuple[int, int]]:
     try:
         up_url = upstream.url
         targets = [Target("direct", up_url, None, upstream.proc.pid)]
-        server, target = start_llmgw(up_url, "bench")
+        server, target = start_llmgw(up_url, "bench", args.limited_key)
         servers.append(server)
         targets.append(target)
         started = start_litellm(up_url, "bench", args.short)
@@ -492,7 +504,7 @@ def llama(args: argparse.Namespace) -> dict[str, tuple[int, int]]:
     try:
         up_url = llama_server.url
         targets = [Target("direct", up_url, None, llama_server.proc.pid)]
-        server, target = start_llmgw(up_url, "tiny")
+        server, target = start_llmgw(up_url, "tiny", args.limited_key)
         servers.append(server)
         targets.append(target)
         started = start_litellm(up_url, "tiny", args.short)
@@ -542,6 +554,11 @@ def main() -> None:
     parser.add_argument("--skip-constant", action="store_true")
     parser.add_argument(
         "--short", action="store_true", help="a second of each load, no LiteLLM: does it measure?"
+    )
+    parser.add_argument(
+        "--limited-key",
+        action="store_true",
+        help="llmgw's key with limits it never reaches: the cost of checking them (needs REDIS_URL)",
     )
     args = parser.parse_args()
     if args.short:
