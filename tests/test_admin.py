@@ -60,7 +60,14 @@ def _world(make_node: Any, user: Any, n: int) -> list[str]:
         StalenessPass,
     )
     from llmgw.serving import keys
-    from llmgw.serving.models import GpuClaim, HeldState, PlacementRecord, Replica, Shard
+    from llmgw.serving.models import (
+        GpuClaim,
+        HeldState,
+        KeyUsage,
+        PlacementRecord,
+        Replica,
+        Shard,
+    )
     from tests.tokens import make_token
 
     now = timezone.now()
@@ -101,6 +108,9 @@ def _world(make_node: Any, user: Any, n: int) -> list[str]:
     fab.FabricMap.objects.create(fabric=fabric, analysis={"nodes": []}, summary={"switches": 1})
 
     key = keys.create_key(f"key-{n}", user, [model.name])
+    KeyUsage.objects.create(
+        api_key=key.api_key, model=model.name, requests=1, prompt_tokens=2, completion_tokens=3
+    )
     token = make_token(user)
     return [
         credential,

@@ -11,7 +11,15 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from llmgw.inventory.admin import ReadOnlyAdmin, ReadOnlyInline
-from llmgw.serving.models import ApiKey, GpuClaim, HeldState, PlacementRecord, Replica, Shard
+from llmgw.serving.models import (
+    ApiKey,
+    GpuClaim,
+    HeldState,
+    KeyUsage,
+    PlacementRecord,
+    Replica,
+    Shard,
+)
 
 PLACED = (
     "Placement's decisions and the agents' reports on them. Read-only: change "
@@ -95,6 +103,24 @@ class PlacementRecordAdmin(ReadOnlyAdmin):
     list_filter = ["placed"]
     search_fields = ["model__name"]
     list_select_related = ["model"]
+
+
+@admin.register(KeyUsage)
+class KeyUsageAdmin(ReadOnlyAdmin):
+    description = (
+        "Requests and tokens each key used on each model, from the engines' own "
+        "counts; the gateway adds to these rows, so they are never edited here."
+    )
+    list_display = [
+        "api_key",
+        "model",
+        "requests",
+        "prompt_tokens",
+        "completion_tokens",
+        "updated_at",
+    ]
+    search_fields = ["api_key__name", "api_key__prefix", "model"]
+    list_select_related = ["api_key"]
 
 
 @admin.register(ApiKey)
