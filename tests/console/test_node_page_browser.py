@@ -189,7 +189,9 @@ def test_the_charts_say_their_units_and_the_day_and_zone_of_their_times(
             end = time.time()
             params = {"query": query, "start": end - 3600, "end": end, "step": 15}
             try:
-                got = httpx.get(f"{prometheus_url}/api/v1/query_range", params=params).json()
+                answer = httpx.get(f"{prometheus_url}/api/v1/query_range", params=params)
+                # Prometheus answers 503 in plain text while it starts.
+                got = answer.json() if answer.status_code == 200 else {}
             except httpx.HTTPError:
                 got = {}
             if got.get("status") == "success" and got["data"]["result"]:
