@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -109,6 +110,16 @@ class StandIn:
         self.stop()
 
 
+# Sockets bound and never listening, held for the rest of the run.
+_held: list[socket.socket] = []
+
+
 def dead_url() -> str:
-    """A URL where nothing listens: the port was free a moment ago."""
-    return f"http://127.0.0.1:{free_port()}"
+    """A URL where nothing listens, and nothing will: the port is bound by a
+    socket that never listens, so a connection is refused. A port that was
+    merely free a moment ago was taken by another worker's server in a
+    parallel run, and the agent heard an answer from the "dead" URL."""
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind(("127.0.0.1", 0))
+    _held.append(held)
+    return f"http://127.0.0.1:{held.getsockname()[1]}"
