@@ -58,6 +58,13 @@ MODEL = "bench-routing"
 # The model: a prompt of 3,000 tokens takes 0.5-0.9 s to read on one core
 # of the machine the README's figures come from.
 SHAPE = {"n_embd": 256, "n_layer": 4, "n_ff": 768, "n_ctx": 8192}
+# The prompt cache in memory beside the slots, in MiB. llama-server's
+# default, 8 GiB, holds every conversation's KV of this tiny model (4 KiB a
+# token, ~12 MiB a conversation) many times over, which no replica of a real
+# model has: a 70B model's KV is ~320 KiB a token, so 8 GiB holds about
+# eight such conversations. This keeps the same proportion: a replica's
+# cache holds about half of the conversations at once.
+CACHE_RAM_MIB = 64
 SLOTS = 4
 SLOT_CTX = 4096
 
@@ -127,6 +134,8 @@ def start_replica(gguf: Path, port: int) -> Server:
         # takes chunks of 256 tokens found shifted.
         "--cache-reuse",
         "256",
+        "--cache-ram",
+        str(CACHE_RAM_MIB),
     ]
     return start_server(
         argv,
