@@ -331,27 +331,25 @@ def start_llmgw(upstream: str, model: str, limited: bool = False) -> tuple[Serve
     return server, Target("llmgw", server.url, key, server.proc.pid)
 
 
-def start_litellm(upstream: str, model: str, short: bool) -> tuple[Server, Target] | None:
-    if short:
-        print("  --short: LiteLLM skipped")
-        return None
-    if not LITELLM.exists():
-        print(f"  {LITELLM} missing: LiteLLM skipped (make bench-gateway installs it)")
-        return None
+def litellm_server(model: str, upstreams: list[str]) -> Server:
+    """LiteLLM's proxy, one process, routing `model` over the OpenAI-compatible
+    `upstreams` (the peer of bench-gateway and bench-routing)."""
     config = Path(tempfile.mkdtemp()) / "litellm.yaml"
+    deployments = [
+        {
+            "model_name": model,
+            "litellm_params": {
+                "model": f"openai/{model}",
+                "api_base": url + "/v1",
+                "api_key": "none",
+            },
+        }
+        for url in upstreams
+    ]
     config.write_text(
         json.dumps(
             {
-                "model_list": [
-                    {
-                        "model_name": model,
-                        "litellm_params": {
-                            "model": f"openai/{model}",
-                            "api_base": upstream + "/v1",
-                            "api_key": "none",
-                        },
-                    }
-                ],
+                "model_list": deployments,
                 "general_settings": {"master_key": MASTER_KEY},
                 "litellm_settings": {"set_verbose": False, "drop_params": True},
             }
@@ -365,7 +363,7 @@ def start_litellm(upstream: str, model: str, short: bool) -> tuple[Server, Targe
         "LITELLM_LOG": "ERROR",
     }
     env.pop("DATABASE_URL", None)
-    server = start_server(
+    return start_server(
         [str(LITELLM), "--config", str(config), "--port", str(port), "--num_workers", "1"],
         port,
         seconds=120,
@@ -373,6 +371,16 @@ def start_litellm(upstream: str, model: str, short: bool) -> tuple[Server, Targe
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def start_litellm(upstream: str, model: str, short: bool) -> tuple[Server, Target] | None:
+    if short:
+        print("  --short: LiteLLM skipped")
+        return None
+    if not LITELLM.exists():
+        print(f"  {LITELLM} missing: LiteLLM skipped (make bench-gateway installs it)")
+        return None
+    server = litellm_server(model, [upstream])
     return server, Target("LiteLLM", server.url, MASTER_KEY, server.proc.pid)
 
 

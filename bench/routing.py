@@ -49,11 +49,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import gateway  # noqa: E402
 from bench.figures import percentile, report_unmeasured  # noqa: E402
 from tests.servers import Server, answers_200, free_port, start_server, start_uvicorn  # noqa: E402
 
 LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
-MASTER_KEY = "sk-bench-master"
+MASTER_KEY = gateway.MASTER_KEY
 MODEL = "bench-routing"
 # The model: a prompt of 3,000 tokens takes 0.5-0.9 s to read on one core
 # of the machine the README's figures come from.
@@ -211,43 +212,7 @@ def start_llmgw(prefix: bool) -> Server:
 
 
 def start_litellm(urls: list[str]) -> Server:
-    config = Path(tempfile.mkdtemp()) / "litellm.yaml"
-    deployments = [
-        {
-            "model_name": MODEL,
-            "litellm_params": {
-                "model": f"openai/{MODEL}",
-                "api_base": url + "/v1",
-                "api_key": "none",
-            },
-        }
-        for url in urls
-    ]
-    config.write_text(
-        json.dumps(
-            {
-                "model_list": deployments,
-                "general_settings": {"master_key": MASTER_KEY},
-                "litellm_settings": {"set_verbose": False, "drop_params": True},
-            }
-        )
-    )
-    port = free_port()
-    env = {
-        **os.environ,
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_MASTER_KEY": MASTER_KEY,
-        "LITELLM_LOG": "ERROR",
-    }
-    env.pop("DATABASE_URL", None)
-    return start_server(
-        [str(LITELLM), "--config", str(config), "--port", str(port), "--num_workers", "1"],
-        port,
-        seconds=120,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    return gateway.litellm_server(MODEL, urls)
 
 
 # -- the workload ------------------------------------------------------------
