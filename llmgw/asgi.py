@@ -10,6 +10,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from llmgw.accounts import token_events  # noqa: E402
 from llmgw.console.consumers import ConsoleConsumer  # noqa: E402
 from llmgw.inventory import listening  # noqa: E402
 from llmgw.inventory.api.heartbeat_asgi import heartbeats_first  # noqa: E402
@@ -38,11 +39,12 @@ gateway = Gateway()
 # Heartbeats, the commonest request of all, are stored before Django too:
 # what that path cannot store itself goes on to Django as it came.
 # The lifespan keeps the process's warm fleet warm (serving.keep_warm) and
-# records that the process can hear its fleet (inventory.listening).
+# records that the process can hear its fleet (inventory.listening); it
+# hears changes to credentials, dropping its copy of them (token_events).
 application = ProtocolTypeRouter(
     {
         "http": mount(gateway, heartbeats_first(limit_body(django_app))),
         "websocket": websockets,
-        "lifespan": listening.lifespan(keep_warm.lifespan),
+        "lifespan": token_events.lifespan(listening.lifespan(keep_warm.lifespan)),
     }
 )

@@ -301,6 +301,11 @@ CA_DIR = Path(env.string("LLMGW_CA_DIR", str(DATA_DIR / "ca")) or "")
 NODE_CERT_TTL_S = env.integer("LLMGW_NODE_CERT_TTL_S", 3 * 24 * 3600, minimum=60)
 # An API token's life, unless made with another (`create_token --days`).
 API_TOKEN_TTL_DAYS = env.integer("LLMGW_API_TOKEN_TTL_DAYS", 90, minimum=1)
+# Each web process keeps the API tokens it lately let in, with their users'
+# roles, and drops them on every change to those rows (notified by
+# PostgreSQL on commit: llmgw.accounts.token_events); off, every request
+# reads them from the database.
+CREDENTIAL_CACHE = env.boolean("LLMGW_CREDENTIAL_CACHE", True)
 # Wrong passwords a minute for one username from one address (the token
 # endpoint and both login pages); five times this from one address over all
 # usernames. Then 429 with Retry-After until the minute is out.

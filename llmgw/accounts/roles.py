@@ -24,16 +24,24 @@ ROLES = (VIEWER, OPERATOR, ADMIN, PROMETHEUS)
 RANK = {VIEWER: 1, OPERATOR: 2, ADMIN: 3}
 
 # The user object lives for one request; its groups are read once per
-# request (one query), not once per check.
+# request (one query), not once per check, and not at all for a token
+# found in its web process's copy (llmgw.accounts.token_cache), which
+# keeps them with the token.
 _CACHE = "_llmgw_roles"
 
 
-def _groups(user: Any) -> frozenset[str]:
+def groups(user: Any) -> frozenset[str]:
+    """The names of `user`'s groups, read once per user object."""
     cached = getattr(user, _CACHE, None)
     if cached is None:
         cached = frozenset(user.groups.values_list("name", flat=True))
         setattr(user, _CACHE, cached)
     return cached
+
+
+def remember(user: Any, names: frozenset[str]) -> None:
+    """`user`'s groups, read with it: `groups` asks nothing more."""
+    setattr(user, _CACHE, names)
 
 
 def rank(user: Any) -> int:
@@ -42,7 +50,7 @@ def rank(user: Any) -> int:
         return 0
     if user.is_superuser:
         return RANK[ADMIN]
-    return max((RANK.get(name, 0) for name in _groups(user)), default=0)
+    return max((RANK.get(name, 0) for name in groups(user)), default=0)
 
 
 def is_viewer(user: Any) -> bool:
@@ -63,7 +71,7 @@ def may_scrape(user: Any) -> bool:
     if is_viewer(user):
         return True
     return bool(user is not None and user.is_authenticated and user.is_active) and (
-        PROMETHEUS in _groups(user)
+        PROMETHEUS in groups(user)
     )
 
 
