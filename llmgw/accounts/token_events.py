@@ -19,6 +19,7 @@ again; a silent one stops being trusted after token_cache.STALE_S.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -73,6 +74,8 @@ def _listen_once(stop: threading.Event, cache: token_cache.TokenCache) -> None:
             # Every notice of a change committed before `asked` is here now.
             for _ in conn.notifies(timeout=0):
                 cache.clear()
+            if stop.is_set():
+                break
             cache.heard(asked)
             for _ in conn.notifies(timeout=PING_S):
                 cache.clear()
@@ -88,17 +91,24 @@ def listen(stop: threading.Event, cache: token_cache.TokenCache) -> None:
         stop.wait(RETRY_S)
 
 
-def start(cache: token_cache.TokenCache | None = None) -> threading.Event:
-    """Listen, and trust the copy while listening, until the event
-    returned is set."""
+def start(cache: token_cache.TokenCache | None = None) -> Callable[[], None]:
+    """Listen, and trust the copy while listening, until the function
+    returned is called: it waits for the listener to end, its copy dropped
+    (a process that stops listening, a test's lifespan, trusts nothing)."""
     stop = threading.Event()
-    threading.Thread(
+    thread = threading.Thread(
         target=listen,
         args=(stop, token_cache.CACHE if cache is None else cache),
         name="credential listener",
         daemon=True,
-    ).start()
-    return stop
+    )
+    thread.start()
+
+    def stopped() -> None:
+        stop.set()
+        thread.join(PING_S + 10)
+
+    return stopped
 
 
 def lifespan(inner: Asgi) -> Asgi:
@@ -106,7 +116,7 @@ def lifespan(inner: Asgi) -> Asgi:
     startup to shutdown (unless LLMGW_CREDENTIAL_CACHE is off)."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        stop: threading.Event | None = None
+        stop: Callable[[], None] | None = None
 
         async def received() -> Any:
             nonlocal stop
@@ -114,7 +124,7 @@ def lifespan(inner: Asgi) -> Asgi:
             if message["type"] == "lifespan.startup" and stop is None and settings.CREDENTIAL_CACHE:
                 stop = start()
             elif message["type"] == "lifespan.shutdown" and stop is not None:
-                stop.set()
+                await asyncio.to_thread(stop)
             return message
 
         await inner(scope, received, send)

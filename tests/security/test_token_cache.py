@@ -6,6 +6,9 @@ test_token_revocation.py."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -144,3 +147,70 @@ def test_a_lost_listener_drops_the_copy_and_keeps_nothing_until_heard_again(cach
     assert not cache.put("d", token_cache.Entry((), (), frozenset()), generation)
     cache.heard(clock.now)
     assert cache.generation() is not None and len(cache) == 0
+
+
+class Lifespan:
+    """`app`'s ASGI lifespan, run on an event loop of its own thread, as a
+    server runs it; the database is used from the test's own thread."""
+
+    def __init__(self, app: Any) -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.sent: list[str] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            self.sent.append(message["type"])
+
+        run = app({"type": "lifespan"}, self.messages.get, send)
+        self.done = asyncio.run_coroutine_threadsafe(run, self.loop)
+
+    def say(self, kind: str) -> None:
+        asyncio.run_coroutine_threadsafe(self.messages.put({"type": kind}), self.loop).result()
+
+    def stop(self) -> None:
+        self.say("lifespan.shutdown")
+        self.done.result(timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+async def completes(scope: Any, receive: Any, send: Any) -> None:
+    while True:
+        message = await receive()
+        await send({"type": f"{message['type']}.complete"})
+        if message["type"] == "lifespan.shutdown":
+            return
+
+
+def test_the_lifespan_keeps_tokens_while_listening_and_nothing_after_shutdown(
+    transactional_db, operator, django_assert_num_queries
+):
+    from llmgw.accounts import token_events
+    from llmgw.accounts.models import ApiToken
+
+    # Made before it listens: a notice of its own making would drop it.
+    secret = make_token(operator)
+    lifespan = Lifespan(token_events.lifespan(completes))
+    try:
+        lifespan.say("lifespan.startup")
+        deadline = time.monotonic() + 10
+        while token_cache.CACHE.generation() is None:
+            assert time.monotonic() < deadline, "never listening"
+            time.sleep(0.02)
+        tokens.authenticate(secret)
+        with django_assert_num_queries(0):
+            tokens.authenticate(secret)
+        cut = time.monotonic()
+        ApiToken.objects.filter(user=operator).delete()
+        while True:
+            try:
+                tokens.authenticate(secret)
+            except tokens.TokenRefused:
+                break
+            assert time.monotonic() - cut < 1.0, "still let in 1 s after its deletion"
+            time.sleep(0.01)
+    finally:
+        lifespan.stop()
+    assert lifespan.sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    # Shut down: the listener has ended and the copy is no longer trusted.
+    assert token_cache.CACHE.generation() is None and len(token_cache.CACHE) == 0
