@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
+from llmgw_agent.client import RETRY_CAP_S, Backoff
 from llmgw_agent.collectors.registry import Roots
 from llmgw_agent.protocol import SCHEMA
 from llmgw_agent.protocol.build import build_heartbeat, heartbeat_payload
@@ -120,6 +121,8 @@ class Member:
     # Sent back with each heartbeat, as an agent does: the answer then
     # carries the desired state only when it changed.
     desired_digest: str | None = None
+    # Set by the swarm: the agent's own, for retrying a failed heartbeat.
+    backoff: Backoff | None = None
 
 
 class Swarm:
@@ -174,9 +177,14 @@ class Swarm:
     async def run(self, seconds: float | None = None, once: bool = False) -> None:
         """Until cancelled, for `seconds`, or (once) one registration and
         one heartbeat of each node."""
+        # As the agent caps it (llmgw_agent.main): an outage's retries are
+        # jittered and never further apart than RETRY_CAP_S.
+        cap = min(RETRY_CAP_S, max(self.interval_s * 6, 1.0))
         for i, member in enumerate(self.members):
             if member.url is None:
                 member.url = i % len(self.urls)
+            if member.backoff is None:
+                member.backoff = Backoff(cap=cap, rng=self.rng.random)
         if once:
             await asyncio.gather(*(self._beat(m) for m in self.members))
             return
@@ -221,16 +229,24 @@ class Swarm:
     async def _life(self, member: Member) -> None:
         loop = asyncio.get_running_loop()
         due = loop.time() + self.rng.uniform(0, self.interval_s)
+        assert member.backoff is not None
         while True:
             await asyncio.sleep(max(0.0, due - loop.time()))
-            await self._beat(member)
+            if not await self._beat(member):
+                # Retried as the agent retries (send_latest): after the
+                # backoff's jittered delay, so a fleet returning from an
+                # outage is spread over seconds, not sent in lockstep.
+                due = loop.time() + member.backoff.next()
+                continue
+            member.backoff.reset()
             # On its own beat, not interval after the last answer: a slow
             # answer must not slow the node's heartbeats down.
             due += self.interval_s * self.rng.uniform(1 - JITTER, 1 + JITTER)
             if due < loop.time():
                 due = loop.time()
 
-    async def _beat(self, member: Member) -> None:
+    async def _beat(self, member: Member) -> bool:
+        """Register if need be, then one heartbeat; whether a web process answered."""
         sim = member.sim
         try:
             if not member.registered:
@@ -245,16 +261,17 @@ class Swarm:
         except Unavailable as exc:
             self.stats.failed += 1
             log.warning("%s: %s", sim.name, exc)
-            return
+            return False
         except Refused as exc:
             self.stats.failed += 1
             log.error("%s: %s", sim.name, exc)
-            return
+            return True  # an answer: sending it again at once would not change it
         if "desired" in answer:
             sim.desired = answer["desired"]
             member.desired_digest = answer.get("desired_digest")
         if answer.get("register"):
             member.registered = False
+        return True
 
     @staticmethod
     def _body(member: Member) -> bytes:
