@@ -15,6 +15,14 @@ agents posting back to back on top of the fleet; one scrape of every
 whole, for comparison); placements through the API and their p50; explain;
 `llmgw ctl nodes`; the cluster page's first paint in Chromium.
 
+At the largest size it then puts the fleet through what its operator lives
+through (bench/fleet_events.py): every control-plane process restarted, at
+once and one at a time with a migration; every process gone for five
+minutes (--outage); and a rack of 40 nodes holding 100 replicas of a held
+model dying at once while a client sends through the gateway. The rack is
+its own `llmgw simulate` process, started first so the held model is placed
+on it alone; --no-events leaves all three out.
+
 `--short` (20 nodes, a few seconds of each load) measures nothing worth
 quoting. Either form exits non-zero when a figure could not be measured,
 a heartbeat or a placement failed, or no placement was committed.
@@ -27,6 +35,7 @@ issue; those marked "at 5,000" hold at 5,000 nodes.
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import shutil
 import sys
@@ -35,21 +44,32 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import fleet_events as events  # noqa: E402
 from bench import fleet_measure as measure  # noqa: E402
+from bench.fleet_measure import Reading  # noqa: E402
 from bench.fleet_plane import Layout  # noqa: E402
 
 MODEL = "qwen2.5-7b-instruct"  # one H100 a replica, in deploy/server.example.yaml
+# The figures of the restart, the outage and the rack failure (left out of
+# the table when they did not run).
+EVENTS = ("restart_", "outage_", "rack_")
+# Held on the rack that fails (nodes named RACK-*): started before the rest
+# of the fleet, so its replicas are placed on the rack's nodes alone.
+RACK, RACK_MODEL = "rack", "bench-rack"
 MB = 1e6
+WIDTH = 56  # the figures' names
 # (key, what, target, unit scale, unit)
 FIGURES = [
     ("ready_s", "fleet Ready after start", "-", 1, "s"),
     ("heartbeat_rate", "heartbeats answered", ">= 1,000/s", 1, "/s"),
     ("heartbeat_p99", "heartbeat p99", "< 250 ms", 1e3, "ms"),
-    ("placement_rate", "placements committed (API)", ">= 200/s", 1, "/s"),
-    ("placement_p50", "placement p50 (API)", "<= 10 ms", 1e3, "ms"),
+    ("placement_rate", "placements committed (API)", ">= 100/s", 1, "/s"),
+    ("placement_p50", "placement p50 (API)", "<= 50 ms", 1e3, "ms"),
     ("placement_failed", "placements failed (5xx, errors)", "0", 1, "calls"),
     ("explain_s", "explain (API, 50 nodes named)", "<= 150 ms at 5,000", 1e3, "ms"),
     ("scrape_bytes", "scrape size, all targets", "-", 1 / MB, "MB"),
@@ -64,15 +84,62 @@ FIGURES = [
     ("database_cores", "PostgreSQL CPU, all of it", "-", 1, "cores"),
     ("cores_per_1000", "control-plane CPU per 1,000 nodes", "-", 1, "cores"),
     ("rss_per_1000", "control-plane RSS per 1,000 nodes", "-", 1 / MB, "MB"),
+    # What each unit of work costs each part (docs/capacity.md's model).
+    *[
+        (f"cost_{unit}_{part}", f"{what}: {name}", "-", 1, "ms" if part != "redis" else "commands")
+        for unit, what in (
+            ("beat", "a heartbeat"),
+            ("place", "a placement (API)"),
+            ("join", "a joining node"),
+        )
+        for part, name in (
+            ("web", "web CPU"),
+            ("workers", "worker CPU"),
+            ("database", "PostgreSQL CPU"),
+            ("redis", "Redis"),
+        )
+    ],  # fmt: skip
+    # What the operator lives through, at the largest size (fleet_events).
+    ("restart_not_ready", "restart of every process: NotReady marks", "0", 1, "nodes"),
+    ("restart_moved", "restart of every process: replicas moved", "0", 1, "replicas"),
+    ("restart_heard_s", "restart of every process: all nodes heard", "<= 15 s", 1, "s"),
+    ("outage_heard_s", "outage of every process: all nodes heard", "<= 30 s", 1, "s"),
+    ("outage_peak_rate", "outage: peak nodes heard after return", "-", 1, "/s"),
+    ("outage_not_ready", "outage: NotReady marks", "0", 1, "nodes"),
+    ("outage_moved", "outage: replicas moved", "0", 1, "replicas"),
+    ("rack_replicas", "rack failure: replicas on the rack", "-", 1, "replicas"),
+    ("rack_recovery_s", "rack failure: all placed again, ready", "RACK_TARGET", 1, "s"),
+    ("rack_claimed_twice", "rack failure: GPUs claimed twice", "0", 1, "GPUs"),
+    ("rack_gateway_failed", "rack failure: gateway requests failed", "-", 1, "requests"),
+    ("rack_gateway_failed_after", "rack failure: failed once all ready", "0", 1, "requests"),
 ]
 
 
+def catalog(rack_replicas: int) -> str:
+    """deploy/server.example.yaml, and the rack's held model: one H100 a
+    replica, as MODEL's GPU profile."""
+    data = yaml.safe_load((ROOT / "deploy" / "server.example.yaml").read_text())
+    [gpu] = [
+        p for m in data["models"] if m["name"] == MODEL for p in m["profiles"] if p["name"] == "gpu"
+    ]
+    held = {"name": RACK_MODEL, "source": "hf://Qwen/Qwen2.5-7B-Instruct-GGUF",
+            "weights": "qwen2.5-7b-instruct-q4_k_m.gguf", "always_running": rack_replicas,
+            "profiles": [copy.deepcopy(gpu)]}  # fmt: skip
+    data["models"].append(held)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def costs(unit: str, cost: dict[str, float]) -> dict[str, float]:
+    return {f"cost_{unit}_{part}": value for part, value in cost.items()}
+
+
 def measure_size(
-    layout: Layout, nodes: int, args: argparse.Namespace, faults: list[str]
+    layout: Layout, nodes: int, args: argparse.Namespace, faults: list[str], idle: list[Reading]
 ) -> dict[str, float]:
     """Every figure at this size. A figure whose path fails is left out
     (shown "-") and the failure added to `faults`: the others are still
-    worth having, and the benchmark measures whatever the product does."""
+    worth having, and the benchmark measures whatever the product does.
+    `idle` gets the fleet's steady rates (what each part spends a second)."""
     plane = layout.plane()
     out: dict[str, float] = {}
 
@@ -84,11 +151,18 @@ def measure_size(
             faults.append(f"{nodes:,} nodes, {what}: {exc}")
 
     def footprint() -> dict[str, float]:
+        before = measure.read(plane)
         use = measure.footprint(plane, args.steady)
+        after = measure.read(plane)
+        idle[:] = [before.rate(after)]
+        # Every node beats once an interval: the steady fleet's cost, streams
+        # and periodic passes with it, is its heartbeats'.
+        beats = nodes * (after.at - before.at) / args.interval
         return {
             "cores": use["cores"], "rss": use["rss_bytes"], "database_cores": use["database_cores"],
             "cores_per_1000": use["cores"] / nodes * 1000,
             "rss_per_1000": use["rss_bytes"] / nodes * 1000,
+            **costs("beat", before.cost(after, beats)),
         }  # fmt: skip
 
     def heartbeats() -> dict[str, float]:
@@ -109,12 +183,14 @@ def measure_size(
         }  # fmt: skip
 
     def placements() -> dict[str, float]:
+        before = measure.read(plane)
         p = measure.placements(plane, MODEL, args.placements)
+        cost = before.cost(measure.read(plane), max(p["placed"], 1.0), idle[0] if idle else None)
         if p["failed"] or not p["rate"]:
             faults.append(f"{nodes:,} nodes, placements: {p['failed']} failed, rate {p['rate']}")
         return {
             "placement_rate": p["rate"], "placement_p50": p["p50_s"],
-            "placement_failed": p["failed"],
+            "placement_failed": p["failed"], **costs("place", cost),
         }  # fmt: skip
 
     attempt(f"steady state: CPU and memory over {args.steady:.0f} s", footprint)
@@ -139,11 +215,15 @@ def report(
 ) -> None:
     heads = [f"{n:,} nodes" for n in sizes]
     growth = len(sizes) > 1
-    print(f"\n{'figure':<44}{'target':>20}" + "".join(f"{h:>14}" for h in heads)
+    print(f"\n{'figure':<{WIDTH}}{'target':>20}" + "".join(f"{h:>14}" for h in heads)
           + (f"{'growth':>9}" if growth else ""))  # fmt: skip
     for key, what, target, scale, unit in FIGURES:
         values = [results[n].get(key) for n in sizes]
-        row = f"{what + ' (' + unit + ')':<44}{target:>20}"
+        if not any(v is not None for v in values) and key.startswith(EVENTS):
+            continue  # not run (--no-events, or it stopped before)
+        if target == "RACK_TARGET":
+            target = f"<= {args.timing.rack_target_s:.0f} s" if args.timing else "-"
+        row = f"{what + ' (' + unit + ')':<{WIDTH}}{target:>20}"
         row += "".join(f"{show(v, scale):>14}" for v in values)
         if growth:
             first, last = values[0], values[-1]
@@ -160,6 +240,20 @@ def report(
         "not counted. The "
         "machine's other load is not controlled: compare sizes within one run."
     )
+    if args.timing:
+        t = args.timing
+        print(
+            f"\nat {sizes[-1]:,} nodes, with a {t.grace_s:g} s grace ({t.missed} missed heartbeats), "
+            f"a staleness pass every {t.staleness_s:g} s and a reconciler tick every "
+            f"{t.reconcile_s:g} s. restart: every web and worker process killed at once and "
+            "started again, then each stopped (SIGTERM) and started in turn with the migrations "
+            "run between; marks counted after a further grace. outage: every process killed for "
+            f"{args.outage:g} s; peak: nodes first heard in any one second after the return. "
+            f"rack failure: {args.rack_nodes} nodes holding {RACK_MODEL} ({args.rack_replicas} "
+            "replicas) killed at once while a client sends chat completions through the gateway; "
+            "recovery: until as many are ready elsewhere (target: grace + one pass + one tick + "
+            "30 s)."
+        )
 
 
 def main() -> int:
@@ -178,25 +272,41 @@ def main() -> int:
     parser.add_argument(
         "--ready-timeout", type=float, help="seconds a size may take to be Ready (0.3 s a node)"
     )
+    parser.add_argument("--webs", type=int, default=2, help="web processes (2 in production)")
+    parser.add_argument(
+        "--no-events", dest="events", action="store_false",
+        help="leave out the restart, the outage and the rack failure",
+    )  # fmt: skip
+    parser.add_argument("--outage", type=float, default=300.0, help="seconds of the outage")
+    parser.add_argument("--rack-nodes", type=int, default=40, help="nodes of the rack that fails")
+    parser.add_argument("--rack-replicas", type=int, default=100, help="replicas held on it")
     parser.add_argument("--short", action="store_true", help="20 nodes, seconds of load")
     args = parser.parse_args()
     args.beats_s = 10.0
     if args.short:
         args.nodes, args.interval, args.placements, args.steady = "20", 2.0, 5, 2.0
-        args.beats_s = 2.0
+        args.beats_s, args.outage, args.rack_nodes, args.rack_replicas = 2.0, 10.0, 8, 12
+    args.timing = None
     try:
         sizes = [int(n.replace("_", "")) for n in args.nodes.split(",") if n.strip()]
     except ValueError:
         parser.error(f"--nodes: whole numbers separated by commas, not {args.nodes!r}")
     if not sizes or sizes != sorted(set(sizes)) or sizes[0] < 1:
         parser.error(f"--nodes: ascending sizes of at least 1, not {args.nodes!r}")
+    if args.events and sizes[0] <= args.rack_nodes:
+        parser.error(f"--nodes: the fleet is larger than its rack of {args.rack_nodes}")
+    if args.webs < 1:
+        parser.error("--webs: at least 1")
     results: dict[int, dict[str, float]] = {}
     faults: list[str] = []
     failure = ""
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-fleet-") as tmp:
-        layout = Layout(Path(tmp))
+        layout = Layout(Path(tmp), catalog(args.rack_replicas if args.events else 0), args.webs)
         try:
-            print("starting PostgreSQL, Redis, 2 web processes and 2 workers ...", flush=True)
+            print(
+                f"starting PostgreSQL, Redis, {args.webs} web processes and 2 workers ...",
+                flush=True,
+            )
             layout.start()
             failure = grow_and_measure(layout, sizes, results, args, faults)
         finally:
@@ -220,21 +330,66 @@ def grow_and_measure(
     args: argparse.Namespace,
     faults: list[str],
 ) -> str:
-    """Each size in turn, into `results`; what stopped it, or "" when none did."""
+    """Each size in turn, into `results`; what stopped it, or "" when none did.
+    With the events, the rack comes first and its held model is placed on
+    it; the events run at the largest size, after its figures."""
     have = 0
+    idle: list[Reading] = []
+    if args.events:
+        print(f"the rack: {args.rack_nodes} nodes holding {args.rack_replicas} replicas ...")
+        layout.simulate(RACK, args.rack_nodes, args.interval)
+        try:
+            layout.wait_ready(args.rack_nodes, timeout_s=300)
+            events.wait_ready(layout, RACK_MODEL, args.rack_replicas, timeout_s=300)
+        except Exception as exc:
+            print(layout.log_tails(), file=sys.stderr)
+            return f"the rack: {exc}"
+        have = args.rack_nodes
     for size in sizes:
         print(f"{size:,} nodes: simulating {size - have:,} more ...", flush=True)
-        started = time.monotonic()
+        started, before = time.monotonic(), measure.read(layout.plane())
         layout.simulate(f"f{size}", size - have, args.interval)
         try:
             layout.wait_ready(size, timeout_s=args.ready_timeout or max(300.0, size * 0.3))
             ready = time.monotonic() - started
+            # What the nodes already there spent meanwhile is taken off.
+            join = before.cost(measure.read(layout.plane()), size - have, idle[0] if idle else None)
             have = size
-            results[size] = {"ready_s": ready, **measure_size(layout, size, args, faults)}
+            results[size] = {
+                "ready_s": ready, **costs("join", join),
+                **measure_size(layout, size, args, faults, idle),
+            }  # fmt: skip
         except Exception as exc:  # the sizes measured so far are still worth printing
             print(layout.log_tails(), file=sys.stderr)
             return f"{size:,} nodes: {exc}"
+    if args.events:
+        live_through(layout, sizes[-1], results[sizes[-1]], args, faults)
     return ""
+
+
+def live_through(
+    layout: Layout, nodes: int, out: dict[str, float], args: argparse.Namespace, faults: list[str]
+) -> None:
+    """The restart, the outage and the rack failure, in that order (the
+    rack's nodes do not come back), into `out`."""
+    args.timing = timing = events.timings(layout, args.interval)
+    steps: list[tuple[str, Callable[[], dict[str, float]]]] = [
+        ("restart of every process", lambda: events.restarts(layout, timing)),
+        (f"outage of {args.outage:g} s", lambda: events.outage(layout, timing, args.outage)),
+        (
+            f"rack failure ({args.rack_nodes} nodes)",
+            lambda: events.rack_failure(layout, timing, RACK_MODEL, RACK, args.rack_replicas),
+        ),
+    ]
+    for what, step in steps:
+        print(f"  {what} ...", flush=True)
+        try:
+            out.update(step())
+        except Exception as exc:
+            print(layout.log_tails(), file=sys.stderr)
+            faults.append(f"{nodes:,} nodes, {what}: {exc}")
+    if out.get("rack_claimed_twice"):  # never allowed, whatever the timings
+        faults.append(f"{nodes:,} nodes: {out['rack_claimed_twice']:.0f} GPUs claimed twice")
 
 
 if __name__ == "__main__":

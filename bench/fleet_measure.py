@@ -51,6 +51,8 @@ class Plane:
     web_pids: Callable[[], list[int]] | None = None
     # The database's processes, when it is the control plane's own.
     database_pids: Callable[[], list[int]] = lambda: []
+    # Its Redis, when the control plane's own ("": not counted).
+    redis_url: str = ""
 
     @property
     def url(self) -> str:
@@ -123,6 +125,57 @@ def footprint(plane: Plane, seconds: float) -> dict[str, float]:
         "processes": float(len(procs)),
         "database_cores": database_cores,
     }
+
+
+@dataclass(frozen=True)
+class Reading:
+    """CPU seconds so far of the web processes, the workers and the
+    database, and the commands Redis has processed: two readings give what
+    a stretch of work cost each part."""
+
+    at: float
+    web: float
+    workers: float
+    database: float
+    redis: float
+
+    def cost(self, later: Reading, units: float, idle: Reading | None = None) -> dict[str, float]:
+        """What each of `units` cost between this reading and `later`: web
+        and worker CPU ms, database CPU ms, Redis commands. `idle`: a span
+        of the same processes at rest (a Reading of the differences over a
+        second), taken off first."""
+        wall = later.at - self.at
+        out = {}
+        for part in ("web", "workers", "database", "redis"):
+            spent = getattr(later, part) - getattr(self, part)
+            if idle is not None:
+                spent -= getattr(idle, part) * wall
+            out[part] = max(0.0, spent) / units * (1 if part == "redis" else 1e3)
+        return out
+
+    def rate(self, later: Reading) -> Reading:
+        """The differences per second between this reading and `later`."""
+        wall = later.at - self.at
+        return Reading(
+            1.0, (later.web - self.web) / wall, (later.workers - self.workers) / wall,
+            (later.database - self.database) / wall, (later.redis - self.redis) / wall,
+        )  # fmt: skip
+
+
+def read(plane: Plane) -> Reading:
+    web = processes(plane.web_pids or plane.pids)
+    webs = {p.pid for p in web}
+    workers = [p for p in processes(plane.pids) if p.pid not in webs]
+    commands = 0.0
+    if plane.redis_url:
+        import redis
+
+        with redis.Redis.from_url(plane.redis_url) as client:
+            commands = float(client.info("stats")["total_commands_processed"])
+    return Reading(
+        time.monotonic(), cpu_seconds(web), cpu_seconds(workers),
+        cpu_seconds(processes(plane.database_pids)), commands,
+    )  # fmt: skip
 
 
 # --- heartbeats -------------------------------------------------------------

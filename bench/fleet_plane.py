@@ -1,5 +1,5 @@
 """The control plane as production runs it, for `make bench-fleet`: two
-uvicorn web processes and two `llmgw worker` processes on a private
+uvicorn web processes (or as many as asked) and two `llmgw worker` processes on a private
 PostgreSQL and a private Redis (the reliability suite's, on free ports in
 a folder of their own), and simulated fleets from `llmgw simulate`, each
 a subprocess given both web URLs as real agents are."""
@@ -7,6 +7,8 @@ a subprocess given both web URLs as real agents are."""
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -21,22 +23,34 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 USER, PASSWORD = "bench", "bench-fleet-password"
 PROBES = 64
+NOT_READY_LOG = re.compile(r"node (\S+) missed \d+ heartbeats: NotReady")
+# The timings the events' targets are reckoned from, as this layout runs them.
+TIMINGS = """
+import django
+django.setup()
+from django.conf import settings
+schedule = settings.CELERY_BEAT_SCHEDULE
+print(settings.MISSED_HEARTBEATS_NOT_READY, schedule["mark-missed-heartbeats"]["schedule"],
+      schedule["reconcile-held-models"]["schedule"])
+"""
 
-# Run in the layout's environment once it is migrated: the operator and
-# their token, the example catalog, and the probe nodes' credentials.
+# Run in the layout's environment once it is migrated: the operator, their
+# gateway key and their token, the example catalog, and the probe nodes' credentials.
 SETUP = """
 import django
 django.setup()
-import msgspec
+from pathlib import Path
 from django.contrib.auth.models import User
 from llmgw.accounts import roles
 from llmgw.accounts.tokens import create_token
 from llmgw.catalog import services as catalog
 from llmgw.inventory import services as inventory
+from llmgw.serving.keys import create_key
 from llmgw.simulator.fleet import make_fleet
 user = User.objects.create_user({user!r}, password={password!r})
 roles.grant(user, roles.ADMIN)
-catalog.apply_text(open({catalog!r}).read())
+catalog.apply_file(Path({catalog!r}))
+print(create_key("bench-fleet", user, all_models=True).key)
 print(create_token(user, "bench-fleet", None).secret)
 for sim in make_fleet({probes}, prefix="probe"):
     print(inventory.join(sim.name, inventory.add_node(sim.name, "bench")))
@@ -44,7 +58,9 @@ for sim in make_fleet({probes}, prefix="probe"):
 
 
 class Layout:
-    def __init__(self, root: Path) -> None:
+    """`webs` web processes and two workers; `catalog`: the catalog's text."""
+
+    def __init__(self, root: Path, catalog: str, webs: int = 2) -> None:
         self.root = root
         self.logs = root / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -60,9 +76,11 @@ class Layout:
             "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
             "PYTHONUNBUFFERED": "1",
         }
-        self.ports = [free_port(), free_port()]
+        self.catalog = catalog
+        self.ports = [free_port() for _ in range(webs)]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.token = ""
+        self.commands: dict[str, list[str]] = {}
+        self.token = self.gateway_key = ""
         self.credentials: list[str] = []
 
     @property
@@ -74,10 +92,12 @@ class Layout:
             [sys.executable, *args], cwd=ROOT, env=self.env, capture_output=True, text=True
         )
         if done.returncode != 0:
-            raise RuntimeError(f"{args[:2]} failed: {done.stderr[-2000:]}")
+            what = "python -c" if args[0] == "-c" else " ".join(args[:2])
+            raise RuntimeError(f"{what} failed: {done.stderr[-2000:]}")
         return done.stdout
 
     def _spawn(self, name: str, args: list[str]) -> None:
+        self.commands[name] = args
         with open(self.logs / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(
                 args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
@@ -89,27 +109,70 @@ class Layout:
         self.redis.start()
         self._run("manage.py", "migrate", "--noinput", "-v0")
         self._run("manage.py", "collectstatic", "--noinput", "-v0")
-        catalog = str(ROOT / "deploy" / "server.example.yaml")
-        lines = self._run(
-            "-c", SETUP.format(user=USER, password=PASSWORD, catalog=catalog, probes=PROBES)
-        ).split()
-        self.token, self.credentials = lines[-1 - PROBES], lines[-PROBES:]
+        catalog = self.root / "catalog.yaml"
+        catalog.write_text(self.catalog)
+        setup = SETUP.format(user=USER, password=PASSWORD, catalog=str(catalog), probes=PROBES)
+        lines = self._run("-c", setup).split()
+        self.gateway_key, self.token = lines[-2 - PROBES], lines[-1 - PROBES]
+        self.credentials = lines[-PROBES:]
         for i, port in enumerate(self.ports):
             self._spawn(
                 f"web{i}",
                 [sys.executable, "-m", "uvicorn", "llmgw.asgi:application", "--host",
                  "127.0.0.1", "--port", str(port), "--log-level", "warning"],
             )  # fmt: skip
+        for i in range(2):
             self._spawn(f"worker{i}", [str(BIN / "llmgw"), "worker", "--concurrency", "2"])
+        self.wait_webs(90)
+
+    def wait_webs(self, timeout_s: float) -> None:
         for port in self.ports:
-            wait_port(port, 90)
+            wait_port(port, timeout_s)
+
+    def timings(self) -> tuple[int, float, float]:
+        """Missed heartbeats before NotReady, and the seconds between
+        staleness passes and between reconciler ticks."""
+        missed, staleness, reconcile = self._run("-c", TIMINGS).split()
+        return int(missed), float(staleness), float(reconcile)
+
+    def migrate(self) -> None:
+        self._run("manage.py", "migrate", "--noinput", "-v0")
 
     def simulate(self, prefix: str, nodes: int, interval_s: float) -> None:
+        """`nodes` more simulated nodes in a process of their own, their
+        shards taken to ready and answered (so a replica placed on them is
+        routed to, as on real nodes)."""
         self._spawn(
             f"fleet-{prefix}",
             [str(BIN / "llmgw"), "simulate", "--server", ",".join(self.urls), "--nodes",
-             str(nodes), "--interval", str(interval_s), "--prefix", prefix, "--nvl72-trays", "0"],
+             str(nodes), "--interval", str(interval_s), "--prefix", prefix, "--nvl72-trays", "0",
+             "--serve-shards"],
         )  # fmt: skip
+
+    def stop(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Signal one process (and its children), and wait for it to end."""
+        proc = self.procs[name]
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+        proc.wait(120)
+
+    def restart(self, name: str) -> None:
+        """Start a stopped process again, as its supervisor would."""
+        self._spawn(name, self.commands[name])
+
+    def sql(self, query: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        with psycopg.connect(self.pg.url, connect_timeout=5, autocommit=True) as conn:
+            return list(conn.execute(query, params).fetchall())
+
+    def marked_not_ready(self) -> list[str]:
+        """Every node a worker has logged NotReady since the layout started."""
+        names = []
+        for log in self.logs.glob("worker*.log"):
+            names += NOT_READY_LOG.findall(log.read_text(errors="replace"))
+        return names
 
     def ready(self) -> int:
         with psycopg.connect(self.pg.url, connect_timeout=5, autocommit=True) as conn:
@@ -153,7 +216,7 @@ class Layout:
     def plane(self) -> Plane:
         return Plane(
             self.urls, self.token, USER, PASSWORD, self.control_plane, dict(self.env), self.web,
-            self.pg.pids,
+            self.pg.pids, self.redis.url,
         )  # fmt: skip
 
     def probes(self, interval_s: float) -> list[Probe]:
