@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from llmgw import embedded_db
 from llmgw.accounts.views import TokenView, throttled_login
 from llmgw.console.urls import admin_urlpatterns as console_admin
+from llmgw.health import healthz
 from llmgw.inventory.api.urls import agent_urlpatterns
 from llmgw.metrics import views as metrics
 
@@ -33,6 +34,7 @@ urlpatterns = [
     path("api/v1/token", TokenView.as_view(), name="api-token"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger"),
+    path("healthz", healthz, name="healthz"),
     path("metrics", metrics.metrics, name="metrics"),
     path("metrics/fleet", metrics.fleet, name="metrics-fleet"),
     path("metrics/nodes", metrics.nodes, name="metrics-nodes"),
