@@ -124,7 +124,8 @@ class Cluster:
         self.webs[i] = self._spawn(
             f"web{i}",
             [sys.executable, "-m", "uvicorn", "llmgw.asgi:application", "--host", "127.0.0.1",
-             "--port", str(self.web_ports[i]), "--log-level", "warning"],
+             "--port", str(self.web_ports[i]), "--log-level", "warning",
+             "--timeout-graceful-shutdown", "5"],  # as the Dockerfile's
         )  # fmt: skip
         wait_port(self.web_ports[i], 60)
 
@@ -150,6 +151,26 @@ class Cluster:
         except ProcessLookupError:
             pass
         proc.wait(30)
+
+    @staticmethod
+    def stop(proc: subprocess.Popen[bytes] | None, grace_s: float) -> bool:
+        """SIGTERM to the process alone, as `docker compose stop` sends its
+        container's first process, then SIGKILL to whatever of its group
+        is left after grace_s. True if it had ended by itself."""
+        if proc is None or proc.poll() is not None:
+            return True
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+            ended = True
+        except subprocess.TimeoutExpired:
+            ended = False
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(30)
+        return ended
 
     def close(self) -> None:
         for agent in self.agents.values():
