@@ -6,7 +6,8 @@ its own code, the functions of its file it calls, the tests.* helpers it
 imports (and so on), or any fixture it uses (pytest's closure of them,
 conftest ones included) name one of the ways this suite starts a process
 or a listening socket (STARTS); when EXPLICIT names it; or when it carries
-the `server`, `ofed` or `llama_server` marker.
+the `server`, `ofed` or `llama_server` marker. HEAVY tests start nothing
+but are marked too: each takes tens of seconds, which the fast tier has not.
 
 So that a test which starts one without being marked is not silently run
 in the fast tier, `make check` sets LLMGW_NO_SERVERS=1 and `guard()` makes
@@ -51,6 +52,18 @@ EXPLICIT = (
     "tests/simulator/test_engine.py::test_a_port_already_taken_is_refused_naming_the_option",
     "tests/simulator/test_engine.py::test_every_answer_says_it_is_simulated_and_no_model_ran",
     "tests/simulator/test_engine.py::test_the_endpoint_answers_what_the_agent_and_the_gateway_ask",
+)
+# Tests that start nothing but take tens of seconds each: hypothesis runs of
+# hundreds to thousands of examples, through the database or the whole agent
+# API. Together they were a third of the fast tier's time on two cores, so
+# `make test` runs them and `make check` leaves them out, as it does servers.
+HEAVY = (
+    # 150 hostile payloads through the real agent API, each page read after.
+    "tests/security/test_fuzz.py::test_hostile_agent_payloads_never_answer_5xx_nor_store_what_is_refused",
+    # 1,500 bodies, each decoded both ways.
+    "tests/inventory/test_agent_fast.py::test_the_fast_path_agrees_with_the_checked_path",
+    # 400 fleets, each placed and checked against a full scan.
+    "tests/placement/test_properties.py::test_multi_node_replicas_keep_the_hard_constraints",
 )
 # Markers that say a test runs a real tool, and plugins' fixtures that start
 # a server (pytest-django's autouse helpers name live_server without
@@ -128,7 +141,7 @@ def starts_server(item: pytest.Item) -> bool:
     if any(item.get_closest_marker(m) for m in MARKERS):
         return True
     test_id = item.nodeid.split("[")[0]
-    if any(test_id == e or test_id.startswith(e + "::") for e in EXPLICIT):
+    if any(test_id == e or test_id.startswith(e + "::") for e in (*EXPLICIT, *HEAVY)):
         return True
     cls = getattr(item, "cls", None)
     test = cls.__name__ if cls else getattr(item, "originalname", item.name)
