@@ -80,6 +80,8 @@ def test_rolling_upgrade_then_all_at_once(cluster: Cluster) -> None:
             procedure_s = time.monotonic() - started
         assert done.returncode == 0, done.stdout + done.stderr
         rolling_silence_s = hearing.longest_silence_s()
+        # From each process's restart until every node was heard after it.
+        restart_heard_s = max(hearing.heard_after_s(r.up_at) for r in operator.restarts)
         schedule_gap_s = hearing.longest_schedule_gap_s()
 
         for proc in (*cluster.webs, *cluster.workers):
@@ -104,7 +106,7 @@ def test_rolling_upgrade_then_all_at_once(cluster: Cluster) -> None:
         "rolling upgrade", procedure_s=procedure_s, restarts=len(restarts),
         slowest_stop_s=max(r.stop_s for r in restarts),
         killed_after_grace=[r.name for r in restarts if not r.ended_by_itself],
-        longest_node_silence_s=rolling_silence_s, longest_schedule_gap_s=schedule_gap_s,
+        heard_after_each_s=restart_heard_s, longest_node_silence_s=rolling_silence_s, longest_schedule_gap_s=schedule_gap_s,
         api_calls=len(load.samples),
         api_errors=errors, migrated=cluster.sql(MIGRATED)[0][0],
     )  # fmt: skip
@@ -122,6 +124,7 @@ def test_rolling_upgrade_then_all_at_once(cluster: Cluster) -> None:
     assert not moved, moved
     assert set(cluster.serving_tiny()) == engine
     assert not any(census.values()), census
+    assert restart_heard_s <= HEARD_AGAIN_S, restart_heard_s
     assert rolling_silence_s <= INTERVAL_S + HEARD_AGAIN_S, rolling_silence_s
     assert heard_again_s <= HEARD_AGAIN_S, heard_again_s
     # A worker stopped cleanly gives the schedule's lease back: the other
