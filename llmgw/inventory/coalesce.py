@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -69,6 +71,33 @@ def _close() -> None:
     connection.close()  # the calling thread's own: the proxy is looked up there
 
 
+# This process's coalescers (one, but for tests), for behind_s.
+_coalescers: weakref.WeakSet[Coalescer] = weakref.WeakSet()
+
+
+def behind_s(now: datetime, wait_s: float) -> float:
+    """How far this process is behind with its heartbeats, in seconds: the
+    age of the oldest one not yet answered; and at least `wait_s` when an
+    event loop that stores them did not run a callback within `wait_s`
+    (requests it has not even read yet wait behind it). 0.0 when none is
+    waiting. Called from another thread than the loops' own (it blocks up
+    to `wait_s` for each)."""
+    behind = 0.0
+    for coalescer in list(_coalescers):
+        behind = max(behind, coalescer.oldest_s(now))
+        loop = coalescer.loop
+        if loop is None or loop.is_closed():
+            continue
+        ran = threading.Event()
+        try:
+            loop.call_soon_threadsafe(ran.set)
+        except RuntimeError:  # closed meanwhile
+            continue
+        if not ran.wait(wait_s):
+            behind = max(behind, wait_s)
+    return behind
+
+
 class Coalescer:
     def __init__(
         self,
@@ -92,6 +121,23 @@ class Coalescer:
         # What this process wrote: heartbeats and the statements that took them.
         self.heartbeats = 0
         self.batches = 0
+        # When each heartbeat not yet answered arrived (behind_s), and the
+        # loop they are answered on.
+        self._arrivals: dict[asyncio.Future[Answer], datetime] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        _coalescers.add(self)
+
+    def oldest_s(self, now: datetime) -> float:
+        """Seconds the oldest heartbeat not yet answered has waited (0.0:
+        none). Read from another thread: the copy is taken whole, under
+        the GIL, before it is looked through."""
+        try:
+            arrivals = list(self._arrivals.values())
+        except RuntimeError:  # changed while copied: none is lost by asking again
+            arrivals = list(self._arrivals.values())
+        if not arrivals:
+            return 0.0
+        return max(0.0, (now - min(arrivals)).total_seconds())
 
     async def submit(
         self, name: str, credential_hash: str, data: dict[str, Any], at: datetime
@@ -109,11 +155,17 @@ class Coalescer:
                 self.durable_threads, thread_name_prefix="llmgw-sections", initializer=reserved
             )
             self._writer = asyncio.create_task(self._write_forever())
-        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self.loop = asyncio.get_running_loop()
+        future: asyncio.Future[Answer] = self.loop.create_future()
+        self._arrivals[future] = at
+        future.add_done_callback(self._answered)
         self._waiting.append(((name, credential_hash, data, at), future))
         assert self._wake is not None
         self._wake.set()
         return await future
+
+    def _answered(self, future: asyncio.Future[Answer]) -> None:
+        self._arrivals.pop(future, None)
 
     async def close(self) -> None:
         """Stop writing and close the writer thread's database connection."""

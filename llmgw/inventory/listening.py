@@ -18,7 +18,7 @@ from django.db import connection
 from django.utils import timezone
 
 from llmgw.database import own
-from llmgw.inventory import readiness
+from llmgw.inventory import coalesce, readiness
 
 log = logging.getLogger("llmgw.inventory")
 
@@ -31,12 +31,31 @@ def _listen(stop: threading.Event) -> None:
     # gives every node one more grace, but it is the outage the record is
     # meant to tell apart).
     own.use("hearing", 1)()
+    was_behind = 0.0
     while not stop.is_set():
+        # Asked before the write's `now`: a loop that does not answer
+        # within BEHIND_S is itself that far behind.
+        behind = coalesce.behind_s(timezone.now(), readiness.BEHIND_S)
         try:
-            readiness.heard(timezone.now())
+            readiness.heard(timezone.now(), behind)
         except Exception as exc:  # the database away: that is what the gap records
             log.info("could not record that the fleet can be heard: %s", exc)
             connection.close()
+        late = behind >= readiness.BEHIND_S
+        if late and not was_behind:
+            log.warning(
+                "heartbeats wait %.0f s to be answered here (%.0f s or more): every node's "
+                "grace starts again until they are answered in time",
+                behind,
+                readiness.BEHIND_S,
+            )
+        elif was_behind and not late:
+            log.warning(
+                "heartbeats are answered in time again (at worst %.0f s behind meanwhile); "
+                "every node has its full grace from now",
+                was_behind,
+            )
+        was_behind = max(was_behind, behind) if late else 0.0
         if stop.wait(readiness.TICK_S):
             break
     connection.close()

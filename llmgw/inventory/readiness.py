@@ -19,6 +19,16 @@ moment the control plane could hear (no later than GAP_S after the last
 write). After an outage or a restart, every node has a full grace to be
 heard again; while no one can hear, no node goes NotReady.
 
+Hearing is also answering in time. After a five-minute outage of a
+5,000-node layout, the returning fleet's heartbeats waited longer than
+the agents' timeout in the web processes' queues while their hearing
+threads kept writing, and 5,744 NotReady marks followed for nodes that
+had never stopped. So a web process BEHIND_S or more behind with its
+heartbeats (the oldest one not yet answered, or its event loop not
+running at all) writes a new stretch instead: while any web process is
+that far behind, every node's grace starts again, and no node is marked
+for silence the control plane made itself.
+
 Where no web process ever wrote the row (a server without the ASGI
 lifespan, the tests' own clients) nothing is known of outages, and
 silence is counted in wall time, as before.
@@ -49,6 +59,11 @@ TICK_S = 2.0
 # machine is not taken for an outage; a false one only gives every node
 # one more grace.
 GAP_S = 3 * TICK_S
+# A web process whose oldest heartbeat not yet answered is older than this
+# is not hearing its fleet in time: half the agent's request timeout
+# (llmgw_agent.client, 10 s), so an agent whose heartbeat is that late has
+# been counted as unheard before it gives up on the answer.
+BEHIND_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -171,12 +186,18 @@ def last_known() -> Hearing:
 
 
 @atomic
-def heard(now: datetime) -> Hearing:
-    """This web process can hear the fleet at `now`."""
+def heard(now: datetime, behind_s: float = 0.0) -> Hearing:
+    """This web process can hear the fleet at `now`; `behind_s`: how far
+    behind it is with the heartbeats it has been sent (a new stretch
+    from now when BEHIND_S or more)."""
     global _latest
     row = HearingRow.objects.select_for_update().filter(pk=1).first()
     if row is None:
         row = HearingRow.objects.create(pk=1, since=now, heard_at=now)
+    elif behind_s >= BEHIND_S:
+        # Logged once an episode by the caller (llmgw.inventory.listening).
+        row.since = row.heard_at = max(now, row.heard_at)
+        row.save(update_fields=["since", "heard_at"])
     elif (now - row.heard_at).total_seconds() > GAP_S:
         log.warning(
             "the control plane could not hear its fleet from %s to %s; every node has "

@@ -7,6 +7,8 @@ nothing while the rest of its batch is stored."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from llmgw.accounts import hashing
-from llmgw.inventory import heartbeats, services
+from llmgw.inventory import coalesce, heartbeats, services
 from llmgw.inventory.coalesce import Coalescer
 from llmgw.inventory.models import Filesystem, Node
 from tests.payloads import heartbeat, registration
@@ -167,3 +169,39 @@ def test_the_coalescer_answers_a_durable_heartbeat_once_its_store_has_run():
     assert old == {"node": "old"} and new == {"node": "new"}
     assert isinstance(bad, ConnectionError)
     assert stored == ["new"]
+
+
+def test_the_coalescer_says_how_far_behind_its_heartbeats_are():
+    """behind_s: the age of the oldest heartbeat not yet answered, and at
+    least the wait when the loop that answers them does not run at all
+    (what readiness takes for not hearing in time)."""
+    release = threading.Event()
+
+    def store(batch: list[Any]) -> list[Any]:
+        release.wait(10)
+        return [{"node": name} for name, *_ in batch]
+
+    async def main() -> tuple[float, float, float]:
+        coalescer = Coalescer(tick_s=0.0, store=store)
+        arrived = timezone.now() - timedelta(seconds=7)
+        waiting = asyncio.ensure_future(coalescer.submit("a", "h", {}, arrived))
+        await asyncio.sleep(0.1)
+        now = timezone.now()
+        # Asked from another thread, as the hearing thread asks.
+        behind = await asyncio.to_thread(coalesce.behind_s, now, 1.0)
+        release.set()
+        await waiting
+        after = await asyncio.to_thread(coalesce.behind_s, timezone.now(), 1.0)
+        # The loop itself held up: nothing waits, yet a callback does not run.
+        asked = asyncio.get_running_loop().run_in_executor(
+            None, coalesce.behind_s, timezone.now(), 0.3
+        )
+        time.sleep(0.6)  # the loop blocked, as a starved one is
+        starved = await asked
+        await coalescer.close()
+        return behind, after, starved
+
+    behind, after, starved = asyncio.run(main())
+    assert 7.0 <= behind < 9.0
+    assert after == 0.0
+    assert starved >= 0.3

@@ -183,3 +183,28 @@ def test_a_web_process_records_that_it_hears_from_its_lifespan() -> None:
     for thread in threading.enumerate():
         if thread.name == "hearing":
             thread.join(readiness.TICK_S + 5)
+
+
+@pytest.mark.django_db
+def test_no_node_is_marked_while_a_web_process_is_behind_with_its_heartbeats(
+    make_node: Any, agent_client: Any
+) -> None:
+    """A returning fleet queued past the agents' timeout is not silence of
+    the nodes': while a web process says it is BEHIND_S or more behind,
+    every node's grace starts again, and it has a full one once they are
+    answered in time."""
+    _fleet(make_node, agent_client, ("queued", "gone"), s(0))
+    _heard(s(0), s(20))
+    at = s(22)
+    while at <= s(80):  # a minute behind, still writing every tick
+        readiness.heard(at, behind_s=readiness.BEHIND_S + 1)
+        at += timedelta(seconds=readiness.TICK_S)
+    for p in range(25, 80, 5):
+        assert services.mark_missed_heartbeats(s(p)) == [], f"marked at {p} s"
+    heartbeats.heartbeat(Node.objects.get(name="queued"), heartbeat("queued"), now=s(85))
+    _heard(s(82), s(112))
+    for p in range(85, 110, 5):
+        assert services.mark_missed_heartbeats(s(p)) == [], f"marked at {p} s"
+    # Answered in time again since 80 s: a full grace later, the silent one.
+    assert services.mark_missed_heartbeats(s(112)) == ["gone"]
+    assert Node.objects.get(name="queued").state == "Ready"
