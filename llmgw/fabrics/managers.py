@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db.models import Count, Max
 
@@ -60,13 +60,15 @@ def record(
     GUID this node calls its master. `listed`: the report carried a listing,
     which then replaces the node's observations whole; without one (ports
     only) managers are added and the master flags moved, nothing removed."""
-    mine = {o.guid: o for o in ManagerObservation.objects.filter(node=node)}
+    mine = {o.guid: o for o in ManagerObservation.objects.filter(node=node).order_by()}
     touched = set(mine) | set(seen)
     fabrics = {o.fabric_id for o in mine.values()} | {s.fabric.pk for s in seen.values()}
-    if listed:
+    if listed and mine:
         ManagerObservation.objects.filter(node=node).exclude(guid__in=list(seen)).delete()
     # One statement for all of them: a node joining lists a manager or
-    # two per fabric, and thousands join at once.
+    # two per fabric, and thousands join at once. A node that had no
+    # observations (every node joining) has only these rows, so their
+    # master flags are set here rather than moved by two updates a fabric.
     ManagerObservation.objects.bulk_create(
         [
             ManagerObservation(
@@ -76,7 +78,7 @@ def record(
                 lid=s.lid,
                 priority=s.priority,
                 state=s.state,
-                master=False,
+                master=not mine and claims.get(s.fabric.pk) == guid,
                 seen_at=now,
             )
             for guid, s in seen.items()
@@ -87,69 +89,97 @@ def record(
         unique_fields=["node", "guid"],
         update_fields=["fabric", "lid", "priority", "state", "master", "seen_at"],
     )
-    for fabric_id, guid in claims.items():
+    for fabric_id, guid in claims.items() if mine else ():
         observed = ManagerObservation.objects.filter(node=node, fabric_id=fabric_id)
         observed.exclude(guid=guid).update(master=False)
         observed.filter(guid=guid).update(master=True)
-    for guid in sorted(touched):
-        derive_manager(guid)
+    derive_managers(sorted(touched))
     for fabric in PhysicalFabric.objects.filter(pk__in=fabrics):
         derive_master(fabric, node.name, now)
 
 
-def derive_manager(guid: str) -> None:
-    """The fabric's record of one manager, from every node's observation of
+def derive_managers(guids: list[str]) -> None:
+    """The fabric's record of each manager, from every node's observation of
     it. Counted by the database: each of a fabric's thousands of nodes
-    observes its managers, and a node joining must not read them all."""
-    row = SubnetManager.objects.filter(guid=guid).first()
-    of_guid = ManagerObservation.objects.filter(guid=guid)
-    by_fabric = list(
-        of_guid.order_by().values("fabric_id").annotate(n=Count("id"), last=Max("seen_at"))
-    )
-    if not by_fabric:
-        # Kept, not deleted: the GUID carries the fabric's name through a
-        # failover. Marked: it is no standby anyone can fail over to.
-        if row is not None and row.state != GONE:
-            row.state = GONE
-            row.save(update_fields=["state"])
+    observes its managers, and a node joining must not read them all. A
+    statement per step for all of `guids`, not five per GUID: a node joining
+    names two managers a fabric, and thousands join at once."""
+    if not guids:
         return
-    fabric_id = vote(
-        Counter({f["fabric_id"]: f["n"] for f in by_fabric}),
-        row.fabric_id if row is not None else None,
+    rows = {m.guid: m for m in SubnetManager.objects.filter(guid__in=guids).order_by()}
+    # Per GUID, fabric and state: how many nodes say so, and when last.
+    counted: dict[str, list[dict[str, Any]]] = {guid: [] for guid in guids}
+    for c in (
+        ManagerObservation.objects.filter(guid__in=guids)
+        .order_by()
+        .values("guid", "fabric_id", "state")
+        .annotate(n=Count("id"), last=Max("seen_at"))
+    ):
+        counted[c["guid"]].append(c)
+    voters: dict[int, int] = {}
+    managers = []
+    for guid in guids:
+        row, by_state = rows.get(guid), counted[guid]
+        if not by_state:
+            # Kept, not deleted: the GUID carries the fabric's name through a
+            # failover. Marked: it is no standby anyone can fail over to.
+            if row is not None and row.state != GONE:
+                row.state = GONE
+                row.save(update_fields=["state"])
+            continue
+        by_fabric: Counter[int] = Counter()
+        for c in by_state:
+            by_fabric[c["fabric_id"]] += c["n"]
+        fabric_id = vote(by_fabric, row.fabric_id if row is not None else None)
+        # One observation per node and GUID (a constraint): a state per node.
+        states = Counter({c["state"]: c["n"] for c in by_state if c["fabric_id"] == fabric_id})
+        if fabric_id not in voters:
+            voters[fabric_id] = _voters(fabric_id)
+        # A node observing the fabric but not this manager says it is GONE.
+        if voters[fabric_id] > states.total():
+            states[GONE] += voters[fabric_id] - states.total()
+        state = vote(states, row.state if row is not None else None, fallback=GONE)
+        if state == GONE:
+            if row is not None and (row.state, row.fabric_id) != (GONE, fabric_id):
+                row.state, row.fabric_id = GONE, fabric_id
+                row.save(update_fields=["state", "fabric"])
+            continue  # never made up from one node's word: no row for it
+        latest = (
+            ManagerObservation.objects.filter(guid=guid, fabric_id=fabric_id, state=state)
+            .order_by("-seen_at")
+            .values_list("lid", "priority")
+            .first()
+        )
+        assert latest is not None
+        last_seen = max(c["last"] for c in by_state)
+        managers.append(
+            SubnetManager(
+                guid=guid,
+                fabric_id=fabric_id,
+                lid=latest[0],
+                priority=latest[1],
+                state=state,
+                last_seen=last_seen,
+            )
+        )
+    # What update_or_create did for each, in one statement.
+    SubnetManager.objects.bulk_create(
+        managers,
+        update_conflicts=True,
+        unique_fields=["guid"],
+        update_fields=["fabric", "lid", "priority", "state", "last_seen"],
     )
-    mine = of_guid.filter(fabric_id=fabric_id)
-    # One observation per node and GUID (a constraint): a state per node.
-    states = Counter(
-        {s["state"]: s["n"] for s in mine.order_by().values("state").annotate(n=Count("id"))}
-    )
-    voters = (
+
+
+def _voters(fabric_id: int) -> int:
+    count: int = (
         ManagerObservation.objects.filter(fabric_id=fabric_id)
         .order_by()
         .values("node_id")
         .distinct()
         .count()
     )
-    # A node observing the fabric but not this manager says it is GONE.
-    if voters > states.total():
-        states[GONE] += voters - states.total()
-    state = vote(states, row.state if row is not None else None, fallback=GONE)
-    if state == GONE:
-        if row is not None and (row.state, row.fabric_id) != (GONE, fabric_id):
-            row.state, row.fabric_id = GONE, fabric_id
-            row.save(update_fields=["state", "fabric"])
-        return  # never made up from one node's word: no row for it
-    latest = mine.filter(state=state).order_by("-seen_at").first()
-    assert latest is not None
-    SubnetManager.objects.update_or_create(
-        guid=guid,
-        defaults={
-            "fabric_id": fabric_id,
-            "lid": latest.lid,
-            "priority": latest.priority,
-            "state": state,
-            "last_seen": max(f["last"] for f in by_fabric),
-        },
-    )
+    return count
 
 
 def derive_master(fabric: PhysicalFabric, reported_by: str, now: datetime) -> None:

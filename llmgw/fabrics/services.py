@@ -75,7 +75,9 @@ class Observer:
         # GUID -> fabric identity, as the fabric's records have it; this
         # report's own listings are added as they are read, so its ports
         # find the fabric its listing named.
-        self.known = dict(SubnetManager.objects.values_list("guid", "fabric__identity"))
+        # Unordered, as the other keyed reads here: the models' orders join
+        # the fabric (or the node) table only to sort.
+        self.known = dict(SubnetManager.objects.order_by().values_list("guid", "fabric__identity"))
         self.fabrics: dict[str, PhysicalFabric] = {}
         self.seen: dict[str, managers.Seen] = {}
         self.listed_master: dict[int, str] = {}
@@ -162,7 +164,7 @@ def _store_ports(
 ) -> None:
     """The node's Port rows as this report has them, a statement per table
     rather than per port: a node joining with 8 adapters cost 30 queries."""
-    existing = {(row.device, row.port): row for row in Port.objects.filter(node=node)}
+    existing = {(row.device, row.port): row for row in Port.objects.filter(node=node).order_by()}
     fresh: dict[tuple[str, int], Port] = {}
     changed: dict[tuple[str, int], Port] = {}
     for p in ports:

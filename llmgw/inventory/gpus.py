@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from django.db import connection
+from django.db.models import QuerySet
 
 from llmgw.inventory.gpu_health import CARD_STATE, card_state
 from llmgw.inventory.models import Gpu, Node
@@ -44,7 +45,7 @@ def _identity(gpu: dict[str, Any]) -> dict[str, Any]:
 def register(node: Node, gpus: list[dict[str, Any]]) -> None:
     """The node's cards as its registration lists them: a statement per
     kind of change rather than per card (a GPU node joining cost 30)."""
-    existing = {g.index: g for g in Gpu.objects.filter(node=node)}
+    existing = {g.index: g for g in _cards(node)}
     fresh: dict[int, Gpu] = {}
     fields: set[str] = set()
     for gpu in gpus:
@@ -71,6 +72,12 @@ def register(node: Node, gpus: list[dict[str, Any]]) -> None:
     _save(kept, fields | set(CARD_STATE))
     if fresh:
         Gpu.objects.bulk_create(fresh.values())
+
+
+def _cards(node: Node) -> QuerySet[Gpu]:
+    # Unordered: the model's order (node, index) joins the node table to
+    # sort by its name, and every caller keys the cards by index.
+    return Gpu.objects.filter(node=node).order_by()
 
 
 def _update(gpu: Gpu, changes: dict[str, Any]) -> set[str]:
@@ -148,7 +155,7 @@ def store_state(node: Node, gpus: list[dict[str, Any]]) -> None:
     by_index = {g["index"]: g for g in gpus}
     changed: list[Gpu] = []
     fields: set[str] = set()
-    for gpu in Gpu.objects.filter(node=node):
+    for gpu in _cards(node):
         sample = by_index.get(gpu.index)
         changes: dict[str, Any] = {"missing": sample is None or sample.get("error") == "lost"}
         if sample is not None:
@@ -165,7 +172,7 @@ def store_health(node: Node, data: dict[str, Any], now: datetime) -> dict[str, A
     """Update the cards' wear; returns the node fields to update. A card
     the report leaves out keeps its wear, dated by the last report that had
     it."""
-    cards = {g.index: g for g in Gpu.objects.filter(node=node)}
+    cards = {g.index: g for g in _cards(node)}
     changed: dict[int, Gpu] = {}
     fields: set[str] = set()
     if node.wear_changed_at is not None and node.wear_previously_reported_at is not None:

@@ -228,6 +228,23 @@ def _settle(
 _RETURNING = ("name", "id", "state", "registered_at", "desired", "desired_digest")
 
 
+# The largest columns, the measurements the batch has just written: no
+# section reads them, and reading them back decoded kilobytes of JSON for
+# every node's first heartbeat. A store that did read one would load it.
+_UNREAD = (
+    "gpu_telemetry",
+    "sensors",
+    "port_samples",
+    "shard_samples",
+    "engines",
+    "collectors",
+    "warnings",
+    "notices",
+    "desired",
+    "gpu_topology",
+)
+
+
 @atomic
 def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: datetime) -> None:
     # Locked and compared again: two heartbeats of one node racing must not
@@ -236,7 +253,7 @@ def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: 
     try:
         # get(), not first(): one row by its key needs no ORDER BY, which
         # was a third of what building this query cost.
-        node = Node.objects.select_for_update().get(pk=pk)
+        node = Node.objects.select_for_update().defer(*_UNREAD).get(pk=pk)
     except Node.DoesNotExist:
         return
     changes: dict[str, Any] = {}

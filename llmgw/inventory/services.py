@@ -277,6 +277,10 @@ def is_ready(node: Node, now: datetime | None = None) -> bool:
     """Ready by llmgw.inventory.readiness's rule: read from the timestamps,
     so a page is right even when the worker that persists the state is
     behind, and never for the time the control plane could not hear."""
+    if node.state != NodeState.READY or node.last_heartbeat_at is None:
+        # Not Ready on record, whatever the control plane heard: a node
+        # joining is answered without reading the hearing record.
+        return False
     now = now or timezone.now()
     return readiness.is_ready(
         node.state, node.last_heartbeat_at, node.heartbeat_interval_s, now, readiness.at(now)
