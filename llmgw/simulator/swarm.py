@@ -315,7 +315,9 @@ class Swarm:
 
     async def _stream(self, member: Member) -> None:
         assert self.stream_session is not None
-        delay = 1.0
+        # The agent's own (llmgw_agent.stream): reopened 1, 2, 4, 8 s, then
+        # every 5-10 s, jittered, until it is back.
+        backoff = Backoff(rng=self.rng.random)
         commands = handlers(member.sim)
         await asyncio.sleep(self.rng.uniform(0, self.interval_s))
         while True:
@@ -325,7 +327,7 @@ class Swarm:
                 async with self.stream_session.ws_connect(
                     url, headers={"Authorization": f"Node {member.credential}"}, heartbeat=None
                 ) as ws:
-                    delay = 1.0
+                    backoff.reset()
                     async for message in ws:
                         if message.type != aiohttp.WSMsgType.TEXT:
                             break
@@ -335,8 +337,7 @@ class Swarm:
                         task.add_done_callback(self._answering.discard)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 log.debug("%s: command stream: %s", member.sim.name, exc)
-            await asyncio.sleep(delay * self.rng.uniform(0.5, 1.5))
-            delay = min(delay * 2, 60.0)
+            await asyncio.sleep(backoff.next())
 
     async def _answer(
         self, ws: aiohttp.ClientWebSocketResponse, commands: Mapping[str, Handler], raw: str
