@@ -84,6 +84,12 @@ def moved(before: dict[int, tuple[str, ...]], after: dict[int, tuple[str, ...]])
     return sum(1 for r, nodes in before.items() if after.get(r) != nodes)
 
 
+def marks(layout: Layout) -> int:
+    """NotReady marks of the fleet's nodes so far (the probes, silent once
+    their measurement ends, are marked rightly and are not the fleet)."""
+    return sum(1 for name in layout.marked_not_ready() if not name.startswith("probe-"))
+
+
 def database_now(layout: Layout) -> datetime:
     [(now,)] = layout.sql("SELECT now()")
     assert isinstance(now, datetime)
@@ -148,25 +154,27 @@ def restarts(layout: Layout, timing: Timings) -> dict[str, float]:
     does. NotReady marks and replicas moved across both; seconds until every
     node was heard again after the kill."""
     webs, workers = _control_plane(layout)
-    marks, before = len(layout.marked_not_ready()), live(layout)
+    marked, before = marks(layout), live(layout)
     for name in webs + workers:
         layout.stop(name, signal.SIGKILL)
     for name in webs + workers:
         layout.restart(name)
     layout.wait_webs(120)
     heard = wait_heard(layout, database_now(layout), 120)
+    killed = 0  # stops that outlived their grace (docker compose's stop_grace_period)
     for name in webs + ["migrate"] + workers:
         if name == "migrate":
             layout.migrate()
             continue
-        layout.stop(name, signal.SIGTERM)
+        killed += not layout.stop(name, signal.SIGTERM, grace_s=10.0 if name in webs else 60.0)
         layout.restart(name)
         layout.wait_webs(120)
     timing.settle()
     return {
-        "restart_not_ready": float(len(layout.marked_not_ready()) - marks),
+        "restart_not_ready": float(marks(layout) - marked),
         "restart_moved": float(moved(before, live(layout))),
         "restart_heard_s": heard.seconds,
+        "restart_killed": float(killed),
     }
 
 
@@ -175,7 +183,7 @@ def outage(layout: Layout, timing: Timings, seconds: float) -> dict[str, float]:
     seconds from the return until every node is heard, the peak rate of
     nodes heard, NotReady marks and replicas moved."""
     webs, workers = _control_plane(layout)
-    marks, before = len(layout.marked_not_ready()), live(layout)
+    marked, before = marks(layout), live(layout)
     for name in webs + workers:
         layout.stop(name, signal.SIGKILL)
     time.sleep(seconds)
@@ -187,7 +195,7 @@ def outage(layout: Layout, timing: Timings, seconds: float) -> dict[str, float]:
     return {
         "outage_heard_s": heard.seconds,
         "outage_peak_rate": heard.peak_rate,
-        "outage_not_ready": float(len(layout.marked_not_ready()) - marks),
+        "outage_not_ready": float(marks(layout) - marked),
         "outage_moved": float(moved(before, live(layout))),
     }
 

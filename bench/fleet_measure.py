@@ -113,15 +113,19 @@ def footprint(plane: Plane, seconds: float) -> dict[str, float]:
     elapsed = time.monotonic() - started
     cores = (cpu_seconds(procs) - before) / elapsed
     database_cores = (cpu_seconds(database) - database_before) / elapsed
-    rss = 0
+    rss = web_rss = 0
+    web = {p.pid for p in processes(plane.web_pids or plane.pids)}
     for proc in procs:
         try:
-            rss += proc.memory_info().rss
+            used = proc.memory_info().rss
         except psutil.Error:
             continue
+        rss += used
+        web_rss += used if proc.pid in web else 0
     return {
         "cores": cores,
         "rss_bytes": float(rss),
+        "web_rss_bytes": float(web_rss),
         "processes": float(len(procs)),
         "database_cores": database_cores,
     }

@@ -119,7 +119,8 @@ class Layout:
             self._spawn(
                 f"web{i}",
                 [sys.executable, "-m", "uvicorn", "llmgw.asgi:application", "--host",
-                 "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+                 "127.0.0.1", "--port", str(port), "--log-level", "warning",
+                 "--timeout-graceful-shutdown", "5"],  # as the Dockerfile's
             )  # fmt: skip
         for i in range(2):
             self._spawn(f"worker{i}", [str(BIN / "llmgw"), "worker", "--concurrency", "2"])
@@ -149,15 +150,24 @@ class Layout:
              "--serve-shards"],
         )  # fmt: skip
 
-    def stop(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """Signal one process (and its children), and wait for it to end."""
+    def stop(self, name: str, sig: int = signal.SIGKILL, grace_s: float = 60.0) -> bool:
+        """Signal one process (and its children) and wait for it to end; as
+        a supervisor does, SIGKILL once `grace_s` has passed. Whether it
+        ended of itself."""
         proc = self.procs[name]
-        if proc.poll() is None:
+        for signal_ in (sig, signal.SIGKILL):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal_)
+                except ProcessLookupError:
+                    pass
             try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                pass
-        proc.wait(120)
+                proc.wait(grace_s)
+                return signal_ == sig
+            except subprocess.TimeoutExpired:
+                continue
+        proc.wait(30)
+        return False
 
     def restart(self, name: str) -> None:
         """Start a stopped process again, as its supervisor would."""
