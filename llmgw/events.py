@@ -22,6 +22,8 @@ The events, and what each carries:
   nodes (the names its shards are on).
 - counts_changed: model (its name), always_running, under_load: a model's
   held counts set.
+- nodes_not_ready: nodes (their names): the staleness pass marked them
+  NotReady (silent through their grace).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ KINDS = frozenset(
         "replica_placed",
         "replica_released",
         "counts_changed",
+        "nodes_not_ready",
     }
 )
 

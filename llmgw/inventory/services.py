@@ -17,15 +17,9 @@ from llmgw_agent.protocol.bounds import NAME
 from llmgw import events
 from llmgw.accounts import certificates, hashing
 from llmgw.database.atomic import atomic
-from llmgw.inventory import commands, credentials, gpus, readiness, sections
+from llmgw.inventory import commands, credentials, gpus, readiness, registering, sections
 from llmgw.inventory.choices import NodeState
-from llmgw.inventory.models import (
-    REGISTERED_FIELDS,
-    SYSTEM_TEXT_FIELDS,
-    AuditEvent,
-    Node,
-    StalenessPass,
-)
+from llmgw.inventory.models import AuditEvent, Node, StalenessPass
 
 log = logging.getLogger("llmgw.inventory")
 
@@ -162,6 +156,27 @@ def authenticate(credential: str) -> Node | None:
     return node
 
 
+def authenticate_key(credential: str) -> tuple[int, str] | None:
+    """The key and credential digest of the node authenticate() would
+    return, and nothing else of its row: what a command stream keeps, read
+    as every stream of a joining fleet opens."""
+    parts = credentials.split_credential(credential)
+    if parts is None:
+        return None
+    name, secret = parts
+    with connection.cursor() as cursor:
+        cursor.execute(_KEY, [name])
+        row = cursor.fetchone()
+    if row is None or not credentials.matches(secret, row[1]):
+        return None
+    return int(row[0]), str(row[1])
+
+
+_KEY = (
+    f"SELECT id, credential_hash FROM {Node._meta.db_table} WHERE name = %s AND revoked_at IS NULL"
+)
+
+
 def refuse_impersonation(node: Node, claimed: object, path: str) -> None:
     log.warning("node %s sent a payload for node %r to %s: refused", node.name, claimed, path)
     _audit(node.name, node.name, "impersonation-refused", f"payload named {claimed!r} on {path}")
@@ -170,49 +185,35 @@ def refuse_impersonation(node: Node, claimed: object, path: str) -> None:
 # --- agent reports ----------------------------------------------------------
 
 
-# The Node columns a registration sets (and imex, when it brings one).
-_REGISTERED = (
-    *REGISTERED_FIELDS,
-    *SYSTEM_TEXT_FIELDS,
-    "address",
-    "cpus",
-    "memory_total_bytes",
-    "cpu_flags",
-    "features",
-    "agent_labels",
-    "fabrics",
-    "registered_at",
-    "gpu_topology",
-)
-
-
 @atomic
 def register(node: Node, data: dict[str, Any], address: str | None) -> Node:
     """Store what the agent says the node is, and `address`, where the
     registration came from (None: not an IP address, so unknown). Cordons and
     operator labels are the operator's and are never touched here."""
-    system = data.get("system") or {}
-    node = Node.objects.select_for_update().get(pk=node.pk)
-    node.address = address
-    for field in REGISTERED_FIELDS:
-        if field in data:
-            setattr(node, field, data[field])
-    for field in SYSTEM_TEXT_FIELDS:
-        setattr(node, field, system.get(field) or "")
-    node.cpus = system.get("cpus")
-    node.memory_total_bytes = system.get("memory_total_bytes")
-    node.cpu_flags = list(system.get("cpu_flags") or [])
-    node.features = list(data.get("features") or [])
-    node.agent_labels = dict(data.get("labels") or {})
-    node.fabrics = list(data.get("fabrics") or [])
-    node.registered_at = timezone.now()
-    node.gpu_topology = data.get("gpu_topology")
-    if "imex" in data:
-        node.imex = data["imex"]
-    # Only what is set above: the row is locked, so the rest would be
-    # written back unchanged, each JSON column serialized again to do it.
-    node.save(update_fields=[*_REGISTERED, *(["imex"] if "imex" in data else [])])
-    gpus.register(node, data.get("gpus") or [])
+    stored = registering.store(registering.values(data, address), id=node.pk)
+    if stored is None:
+        raise Node.DoesNotExist(f"node {node.name} is gone")
+    return _registered(*stored, data)
+
+
+@atomic
+def register_by_credential(
+    credential: str, data: dict[str, Any], address: str | None
+) -> Node | None:
+    """register() for the node `credential` authenticates, authenticated by
+    the statement that stores it; None, having written nothing, when the
+    credential authenticates no node."""
+    parts = credentials.split_credential(credential)
+    if parts is None:
+        return None
+    name, secret = parts
+    row = registering.values(data, address)
+    stored = registering.store(row, name=name, credential_hash=hashing.digest(secret))
+    return None if stored is None else _registered(*stored, data)
+
+
+def _registered(node: Node, has_cards: bool, data: dict[str, Any]) -> Node:
+    gpus.register(node, data.get("gpus") or [], has_cards)
     for hook in sections.registration_hooks():
         hook(node)
     return node
@@ -320,6 +321,8 @@ def mark_missed_heartbeats(now: datetime | None = None) -> list[str]:
         log.warning(
             "node %s missed %d heartbeats: NotReady", name, settings.MISSED_HEARTBEATS_NOT_READY
         )
+    if changed:
+        events.publish("nodes_not_ready", nodes=changed)
     return changed
 
 

@@ -208,3 +208,24 @@ def test_no_node_is_marked_while_a_web_process_is_behind_with_its_heartbeats(
     # Answered in time again since 80 s: a full grace later, the silent one.
     assert services.mark_missed_heartbeats(s(112)) == ["gone"]
     assert Node.objects.get(name="queued").state == "Ready"
+
+
+@pytest.mark.django_db
+def test_nodes_marked_not_ready_ask_the_reconciler_at_once(
+    make_node: Any,
+    agent_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Their replicas are lost: placed again on the reconciler's run asked
+    for now, not its next tick."""
+    asked: list[int] = []
+    monkeypatch.setattr("llmgw.serving.tasks.reconcile_soon", lambda: asked.append(1))
+    _fleet(make_node, agent_client, ("gone",), s(0))
+    _heard(s(0), s(40))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.mark_missed_heartbeats(s(40)) == ["gone"]
+    assert asked == [1]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.mark_missed_heartbeats(s(45)) == []
+    assert asked == [1], "a pass that marks nobody asks for nothing"
