@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from django.db.models import Count, Max
+from django.db import connection
 
+from llmgw.database import rows
 from llmgw.fabrics.models import ManagerObservation, MasterChange, PhysicalFabric, SubnetManager
 from llmgw.inventory.models import Node
 
@@ -60,16 +61,17 @@ def record(
     GUID this node calls its master. `listed`: the report carried a listing,
     which then replaces the node's observations whole; without one (ports
     only) managers are added and the master flags moved, nothing removed."""
-    mine = {o.guid: o for o in ManagerObservation.objects.filter(node=node).order_by()}
+    # GUID -> fabric key of this node's observations.
+    mine = dict(_fetch(_MINE, [node.pk]))
     touched = set(mine) | set(seen)
-    fabrics = {o.fabric_id for o in mine.values()} | {s.fabric.pk for s in seen.values()}
+    fabrics = set(mine.values()) | {s.fabric.pk for s in seen.values()}
     if listed and mine:
         ManagerObservation.objects.filter(node=node).exclude(guid__in=list(seen)).delete()
     # One statement for all of them: a node joining lists a manager or
     # two per fabric, and thousands join at once. A node that had no
     # observations (every node joining) has only these rows, so their
     # master flags are set here rather than moved by two updates a fabric.
-    ManagerObservation.objects.bulk_create(
+    rows.insert(
         [
             ManagerObservation(
                 node=node,
@@ -85,9 +87,8 @@ def record(
             # Without a listing, its word on a known manager stands until the next one.
             if listed or guid not in mine
         ],
-        update_conflicts=True,
-        unique_fields=["node", "guid"],
-        update_fields=["fabric", "lid", "priority", "state", "master", "seen_at"],
+        unique=("node", "guid"),
+        update=("fabric", "lid", "priority", "state", "master", "seen_at"),
     )
     for fabric_id, guid in claims.items() if mine else ():
         observed = ManagerObservation.objects.filter(node=node, fabric_id=fabric_id)
@@ -102,89 +103,91 @@ def derive_managers(guids: list[str]) -> None:
     """The fabric's record of each manager, from every node's observation of
     it. Counted by the database: each of a fabric's thousands of nodes
     observes its managers, and a node joining must not read them all. A
-    statement per step for all of `guids`, not five per GUID: a node joining
-    names two managers a fabric, and thousands join at once."""
+    statement per step for all of `guids`, not five per GUID, each plain
+    SQL rather than the ORM's (llmgw.database.rows): a node joining names
+    two managers a fabric, and thousands join at once."""
     if not guids:
         return
-    rows = {m.guid: m for m in SubnetManager.objects.filter(guid__in=guids).order_by()}
-    # Per GUID, fabric and state: how many nodes say so, and when last.
-    counted: dict[str, list[dict[str, Any]]] = {guid: [] for guid in guids}
-    for c in (
-        ManagerObservation.objects.filter(guid__in=guids)
-        .order_by()
-        .values("guid", "fabric_id", "state")
-        .annotate(n=Count("id"), last=Max("seen_at"))
-    ):
-        counted[c["guid"]].append(c)
-    voters: dict[int, int] = {}
-    managers = []
+    # GUID -> (key, fabric key, state) of its record.
+    records = {row[0]: row[1:] for row in _fetch(_RECORDS, [guids])}
+    # Per GUID: (fabric key, state, how many nodes say so, when last, and
+    # the lid and priority of the latest to say so).
+    counted: dict[str, list[tuple[Any, ...]]] = {guid: [] for guid in guids}
+    for row in _fetch(_COUNTED, [guids]):
+        counted[row[0]].append(row[1:])
+    chosen: dict[str, int] = {}
     for guid in guids:
-        row, by_state = rows.get(guid), counted[guid]
+        record, by_state = records.get(guid), counted[guid]
         if not by_state:
             # Kept, not deleted: the GUID carries the fabric's name through a
             # failover. Marked: it is no standby anyone can fail over to.
-            if row is not None and row.state != GONE:
-                row.state = GONE
-                row.save(update_fields=["state"])
+            if record is not None and record[2] != GONE:
+                SubnetManager.objects.filter(pk=record[0]).update(state=GONE)
             continue
         by_fabric: Counter[int] = Counter()
-        for c in by_state:
-            by_fabric[c["fabric_id"]] += c["n"]
-        fabric_id = vote(by_fabric, row.fabric_id if row is not None else None)
+        for fabric_id, _, n, *_ in by_state:
+            by_fabric[fabric_id] += n
+        chosen[guid] = vote(by_fabric, record[1] if record is not None else None)
+    voters = dict(_fetch(_VOTERS, [sorted(set(chosen.values()))])) if chosen else {}
+    managers = []
+    for guid, fabric_id in chosen.items():
+        record, by_state = records.get(guid), counted[guid]
         # One observation per node and GUID (a constraint): a state per node.
-        states = Counter({c["state"]: c["n"] for c in by_state if c["fabric_id"] == fabric_id})
-        if fabric_id not in voters:
-            voters[fabric_id] = _voters(fabric_id)
+        states = Counter({c[1]: c[2] for c in by_state if c[0] == fabric_id})
         # A node observing the fabric but not this manager says it is GONE.
         if voters[fabric_id] > states.total():
             states[GONE] += voters[fabric_id] - states.total()
-        state = vote(states, row.state if row is not None else None, fallback=GONE)
+        state = vote(states, record[2] if record is not None else None, fallback=GONE)
         if state == GONE:
-            if row is not None and (row.state, row.fabric_id) != (GONE, fabric_id):
-                row.state, row.fabric_id = GONE, fabric_id
-                row.save(update_fields=["state", "fabric"])
+            if record is not None and (record[2], record[1]) != (GONE, fabric_id):
+                SubnetManager.objects.filter(pk=record[0]).update(state=GONE, fabric=fabric_id)
             continue  # never made up from one node's word: no row for it
-        latest = (
-            ManagerObservation.objects.filter(guid=guid, fabric_id=fabric_id, state=state)
-            .order_by("-seen_at")
-            .values_list("lid", "priority")
-            .first()
-        )
-        assert latest is not None
-        last_seen = max(c["last"] for c in by_state)
+        [(lid, priority)] = [(c[4], c[5]) for c in by_state if c[:2] == (fabric_id, state)]
         managers.append(
             SubnetManager(
                 guid=guid,
                 fabric_id=fabric_id,
-                lid=latest[0],
-                priority=latest[1],
+                lid=lid,
+                priority=priority,
                 state=state,
-                last_seen=last_seen,
+                last_seen=max(c[3] for c in by_state),
             )
         )
     # What update_or_create did for each, in one statement.
-    SubnetManager.objects.bulk_create(
-        managers,
-        update_conflicts=True,
-        unique_fields=["guid"],
-        update_fields=["fabric", "lid", "priority", "state", "last_seen"],
+    rows.insert(
+        managers, unique=("guid",), update=("fabric", "lid", "priority", "state", "last_seen")
     )
 
 
-def _voters(fabric_id: int) -> int:
-    count: int = (
-        ManagerObservation.objects.filter(fabric_id=fabric_id)
-        .order_by()
-        .values("node_id")
-        .distinct()
-        .count()
-    )
-    return count
+_OBSERVATIONS = ManagerObservation._meta.db_table
+_MINE = f"SELECT guid, fabric_id FROM {_OBSERVATIONS} WHERE node_id = %s"
+_RECORDS = (
+    f"SELECT guid, id, fabric_id, state FROM {SubnetManager._meta.db_table} WHERE guid = ANY(%s)"
+)
+# The lid and priority of the latest by seen_at, as order_by("-seen_at").first() took them.
+_COUNTED = f"""
+SELECT guid, fabric_id, state, count(*), max(seen_at),
+       (array_agg(lid ORDER BY seen_at DESC))[1], (array_agg(priority ORDER BY seen_at DESC))[1]
+FROM {_OBSERVATIONS} WHERE guid = ANY(%s) GROUP BY guid, fabric_id, state
+"""
+# How many nodes observe each fabric.
+_VOTERS = f"""
+SELECT fabric_id, count(DISTINCT node_id) FROM {_OBSERVATIONS}
+WHERE fabric_id = ANY(%s) GROUP BY fabric_id
+"""
+_CLAIMS = (
+    f"SELECT guid, count(*) FROM {_OBSERVATIONS} WHERE fabric_id = %s AND master GROUP BY guid"
+)
+
+
+def _fetch(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
 
 
 def derive_master(fabric: PhysicalFabric, reported_by: str, now: datetime) -> None:
-    said = ManagerObservation.objects.filter(fabric=fabric, master=True).order_by()
-    claims = Counter({c["guid"]: c["n"] for c in said.values("guid").annotate(n=Count("id"))})
+    claims = Counter(dict(_fetch(_CLAIMS, [fabric.pk])))
     if not claims:
         return
     guid = vote(claims, fabric.master_guid or None)

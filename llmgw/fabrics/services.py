@@ -12,10 +12,11 @@ from collections import Counter, defaultdict
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from llmgw_agent.protocol.fabric_identity import fabric_identity, normalize_guid
 
 from llmgw import events
+from llmgw.database import rows
 from llmgw.fabrics import managers, tasks
 from llmgw.fabrics.choices import FabricKind, link_up
 from llmgw.fabrics.models import PhysicalFabric, Port, SubnetManager
@@ -66,6 +67,14 @@ def _guid(text: Any) -> str:
         return ""
 
 
+# Every manager's GUID and its fabric's identity, read for each report
+# that changed: plain SQL, not the ORM's built again every time.
+_KNOWN = (
+    f"SELECT m.guid, f.identity FROM {SubnetManager._meta.db_table} m "
+    f"JOIN {PhysicalFabric._meta.db_table} f ON f.id = m.fabric_id"
+)
+
+
 class Observer:
     """One heartbeat's ports and managers, as this node's observations: the
     fabric's records are worked out from every node's (llmgw.fabrics.managers)."""
@@ -77,7 +86,9 @@ class Observer:
         # find the fabric its listing named.
         # Unordered, as the other keyed reads here: the models' orders join
         # the fabric (or the node) table only to sort.
-        self.known = dict(SubnetManager.objects.order_by().values_list("guid", "fabric__identity"))
+        with connection.cursor() as cursor:
+            cursor.execute(_KNOWN)
+            self.known = dict(cursor.fetchall())
         self.fabrics: dict[str, PhysicalFabric] = {}
         self.seen: dict[str, managers.Seen] = {}
         self.listed_master: dict[int, str] = {}
@@ -164,7 +175,7 @@ def _store_ports(
 ) -> None:
     """The node's Port rows as this report has them, a statement per table
     rather than per port: a node joining with 8 adapters cost 30 queries."""
-    existing = {(row.device, row.port): row for row in Port.objects.filter(node=node).order_by()}
+    existing = {(row.device, row.port): row for row in rows.read(Port, node=node.pk)}
     fresh: dict[tuple[str, int], Port] = {}
     changed: dict[tuple[str, int], Port] = {}
     for p in ports:
@@ -190,8 +201,10 @@ def _store_ports(
     if changed:
         columns = [*_port_fields({}, now), "physical_fabric"]
         Port.objects.bulk_update(list(changed.values()), columns)
-    if fresh:
-        Port.objects.bulk_create(fresh.values())
+    rows.insert(list(fresh.values()))
+
+
+_LAST_SEEN = f"UPDATE {PhysicalFabric._meta.db_table} SET last_seen = %s WHERE id = ANY(%s)"
 
 
 def observe(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
@@ -203,7 +216,8 @@ def observe(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
     managers.record(node, observer.seen, observer.claims(), observer.listed, now)
     if observer.fabrics:
         seen = [fabric.pk for fabric in observer.fabrics.values()]
-        PhysicalFabric.objects.filter(pk__in=seen).update(last_seen=now)
+        with connection.cursor() as cursor:
+            cursor.execute(_LAST_SEEN, [now, seen])
     events.publish("fabric_changed", node=node.name, fabric=None)
     if "fabrics_active" in data:
         active = sorted(set(data["fabrics_active"]))

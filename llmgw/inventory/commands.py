@@ -169,6 +169,29 @@ def _current_and_pending(ids: set[int]) -> tuple[dict[int, str], set[int]]:
     return {pk: digest for pk, digest, _ in rows}, {pk for pk, _, waits in rows if waits}
 
 
+# holds() for a credential, and whether a command is pending, in one
+# statement: every stream asks as it opens, thousands as a fleet joins,
+# and the two ORM queries cost the web process more than the rest of the
+# opening.
+HOLDS_AND_WAITS = f"""
+SELECT EXISTS (
+    SELECT 1 FROM {Node._meta.db_table} n
+    WHERE n.id = %s AND n.credential_hash = %s AND n.revoked_at IS NULL
+), EXISTS (
+    SELECT 1 FROM {AgentCommand._meta.db_table} c WHERE c.node_id = %s AND c.state = %s
+)
+"""
+
+
+def _holds_and_waits(node_id: int, credential_hash: str) -> tuple[bool, bool]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            HOLDS_AND_WAITS, [node_id, credential_hash, node_id, CommandState.PENDING]
+        )
+        holding, waiting = cursor.fetchone()
+    return bool(holding), bool(waiting)
+
+
 def claim(node_id: int, held: str | None = None) -> list[AgentCommand] | None:
     """Pending commands for the node, marked sent. Compare-and-set on the
     state, so two deliveries racing (a wake-up and a poll) send each once.
@@ -176,7 +199,13 @@ def claim(node_id: int, held: str | None = None) -> list[AgentCommand] | None:
     A stream passes `held`, the digest of the credential it opened with; it
     gets None when the node holds that credential no longer (revoked, or
     joined again since), and must close."""
-    if held is not None and not holds(node_id, held):
+    if held and not held.startswith(CERT_HELD):
+        holding, waiting = _holds_and_waits(node_id, held)
+        if not holding:
+            return None
+        if not waiting:
+            return []  # every stream's opening, and nearly every wake-up
+    elif held is not None and not holds(node_id, held):
         return None
     now = timezone.now()
     claimed = []

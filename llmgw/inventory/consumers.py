@@ -48,24 +48,23 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # 
 
     async def connect(self) -> None:
         pem = node_certificates.client_certificate(self.scope)
+        key: tuple[int, str] | None = None
         if pem is not None:
             # A certificate is the node, as on the agent API; such a stream
             # hears of commands at its poll (the wake-up goes to credentials).
             node, held = await database_sync_to_async(node_certificates.authenticate_stream)(pem)
+            key = None if node is None else (node.pk, held)
         else:
             credential = agent_request.scope_credential(self.scope)
-            node = (
-                None
-                if credential is None
-                else await database_sync_to_async(services.authenticate)(credential.text)
-            )
-            held = node.credential_hash if node is not None else ""
-        if node is None:
+            if credential is not None:
+                # Its key and digest alone: the stream keeps nothing else.
+                key = await database_sync_to_async(services.authenticate_key)(credential.text)
+        if key is None:
             await self.close(code=UNAUTHORIZED)
             return
-        self.node_id, self.held = node.pk, held
+        self.node_id, self.held = key
         self._lock = asyncio.Lock()
-        self.group = commands.group(node.pk, held)
+        self.group = commands.group(*key)
         await groups.join(self.channel_layer, self.group, self.channel_name)
         await self.accept()
         # Commands queued before it opened go at once; later ones at the

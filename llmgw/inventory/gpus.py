@@ -11,8 +11,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from django.db import connection
-from django.db.models import QuerySet
 
+from llmgw.database import rows
 from llmgw.inventory.gpu_health import CARD_STATE, card_state
 from llmgw.inventory.models import Gpu, Node
 
@@ -42,10 +42,12 @@ def _identity(gpu: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def register(node: Node, gpus: list[dict[str, Any]]) -> None:
+def register(node: Node, gpus: list[dict[str, Any]], has_cards: bool = True) -> None:
     """The node's cards as its registration lists them: a statement per
-    kind of change rather than per card (a GPU node joining cost 30)."""
-    existing = {g.index: g for g in _cards(node)}
+    kind of change rather than per card (a GPU node joining cost 30).
+    `has_cards` False: the node has no Gpu rows (its registration's
+    statement said so), so none are read."""
+    existing = {g.index: g for g in _cards(node)} if has_cards else {}
     fresh: dict[int, Gpu] = {}
     fields: set[str] = set()
     for gpu in gpus:
@@ -70,14 +72,14 @@ def register(node: Node, gpus: list[dict[str, Any]]) -> None:
     for row in [*kept, *fresh.values()]:
         _update(row, {})
     _save(kept, fields | set(CARD_STATE))
-    if fresh:
-        Gpu.objects.bulk_create(fresh.values())
+    rows.insert(list(fresh.values()))
 
 
-def _cards(node: Node) -> QuerySet[Gpu]:
+def _cards(node: Node) -> list[Gpu]:
     # Unordered: the model's order (node, index) joins the node table to
-    # sort by its name, and every caller keys the cards by index.
-    return Gpu.objects.filter(node=node).order_by()
+    # sort by its name, and every caller keys the cards by index. A
+    # statement composed once (llmgw.database.rows), not the ORM's each time.
+    return rows.read(Gpu, node=node.pk)
 
 
 def _update(gpu: Gpu, changes: dict[str, Any]) -> set[str]:
@@ -187,10 +189,10 @@ def store_health(node: Node, data: dict[str, Any], now: datetime) -> dict[str, A
                 fields.add("health_reported_at")
     for sample in data.get("gpus") or []:
         changes = {k: sample[k] for k in WEAR if k in sample}
-        gpu = cards.get(sample["index"])
-        if changes and gpu is not None:
-            fields |= _update(gpu, {**changes, "health_reported_at": now})
-            changed[gpu.index] = gpu
+        card = cards.get(sample["index"])
+        if changes and card is not None:
+            fields |= _update(card, {**changes, "health_reported_at": now})
+            changed[card.index] = card
     _save(list(changed.values()), fields)
     return {**{k: data[k] for k in NODE_HEALTH if k in data}, "wear_changed_at": now}
 

@@ -15,6 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from llmgw import events
+from llmgw.database import rows
 from llmgw.database.atomic import atomic
 from llmgw.inventory import gpus, heartbeat_batch, sections
 from llmgw.inventory.choices import NodeState
@@ -250,12 +251,12 @@ def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: 
     # Locked and compared again: two heartbeats of one node racing must not
     # both replace its filesystems, and a node revoked since the UPDATE
     # above authenticated it must not be marked Ready.
-    try:
-        # get(), not first(): one row by its key needs no ORDER BY, which
-        # was a third of what building this query cost.
-        node = Node.objects.select_for_update().defer(*_UNREAD).get(pk=pk)
-    except Node.DoesNotExist:
+    # A statement composed once (llmgw.database.rows): building the ORM's
+    # took longer than running it.
+    found = rows.read(Node, lock=True, defer=_UNREAD, id=pk)
+    if not found:
         return
+    [node] = found
     changes: dict[str, Any] = {}
     for section in sections.registered():
         mine = {column: d for column, d in digests.items() if column in section.columns}
@@ -265,7 +266,7 @@ def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: 
     if node.state != NodeState.READY and not node.revoked_at:
         changes["state"] = NodeState.READY
     if changes:
-        Node.objects.filter(pk=pk).update(**changes)
+        rows.update(Node, pk, changes)
         events.publish("node_changed", node=node.name, changes=changes)
 
 
@@ -274,28 +275,32 @@ def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: 
 
 def _store_filesystems(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
     Filesystem.objects.filter(node=node).delete()
-    Filesystem.objects.bulk_create(
-        Filesystem(
-            node=node,
-            mount=fs["mount"],
-            device=fs.get("device") or "",
-            fstype=fs.get("fstype") or "",
-            shared=fs["shared"],
-            free_bytes=fs["free_bytes"],
-            total_bytes=fs["total_bytes"],
-            dirs=fs.get("dirs") or [],
-            reported_at=now,
-        )
-        for fs in data["filesystems"]
+    rows.insert(
+        [
+            Filesystem(
+                node=node,
+                mount=fs["mount"],
+                device=fs.get("device") or "",
+                fstype=fs.get("fstype") or "",
+                shared=fs["shared"],
+                free_bytes=fs["free_bytes"],
+                total_bytes=fs["total_bytes"],
+                dirs=fs.get("dirs") or [],
+                reported_at=now,
+            )
+            for fs in data["filesystems"]
+        ]
     )
     return {}
 
 
 def _store_weights(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
     ModelHolding.objects.filter(node=node).delete()
-    ModelHolding.objects.bulk_create(
-        ModelHolding(node=node, model_name=m["name"], path=m["path"], shared=m["shared"])
-        for m in data["weights"].get("models") or []
+    rows.insert(
+        [
+            ModelHolding(node=node, model_name=m["name"], path=m["path"], shared=m["shared"])
+            for m in data["weights"].get("models") or []
+        ]
     )
     return {}
 

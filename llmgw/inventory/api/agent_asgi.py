@@ -30,7 +30,7 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connection
 from llmgw_agent.protocol.messages import Joined
 
-from llmgw.inventory import services
+from llmgw.inventory import credentials, services
 
 Scope = dict[str, Any]
 T = TypeVar("T")
@@ -83,8 +83,10 @@ def join(data: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 def register(credential: str, data: dict[str, Any], address: str | None) -> dict[str, Any] | None:
     """RegisterView's answer; None, having written nothing, when the
     credential authenticates no node (Django answers that 401)."""
-    node = services.authenticate(credential)
-    if node is None or node.name != data["node"]:
+    parts = credentials.split_credential(credential)
+    if parts is None or parts[0] != data["node"]:
+        return None  # another node's name: Django refuses it, recorded
+    node = services.register_by_credential(credential, data, address)
+    if node is None:
         return None
-    node = services.register(node, data, address)
     return {"node": node.name, "state": services.effective_state(node)}

@@ -1,0 +1,162 @@
+"""Rows read or written by one plain statement, composed once for each
+shape: a keyed read, bulk_create's INSERT and update()'s UPDATE, for the
+paths a fleet joining runs thousands of times a minute.
+
+The ORM composes its statement anew on every call. For a node joining
+(its registration's GPU rows, its first heartbeat's filesystems, weights
+and ports, the node row's changes) composing was most of what these
+statements cost the web process: a GPU node's first heartbeat spent more
+building its SQL than PostgreSQL spent running it. The columns and their
+values still come from the models (each field's pre_save and its
+conversion for the database, as bulk_create and update() use them; each
+column read converted back as a queryset converts it), so a field added
+to a model is read and written here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from django.db import connection
+from django.db.models import Field
+from django.db.models import Model as DjangoModel
+
+M = TypeVar("M", bound=DjangoModel)
+T = TypeVar("T")
+Converter = Callable[[Any, Any, Any], Any]
+Select = tuple[str, tuple[str, ...], tuple[tuple[int, Converter, Any], ...]]
+
+# Each shape's statement, by what it was composed from: the models and
+# their fields do not change while the process runs.
+_composed: dict[tuple[Any, ...], Any] = {}
+
+
+def _once(key: tuple[Any, ...], compose: Callable[..., T]) -> T:
+    found: T | None = _composed.get(key)
+    if found is None:
+        found = _composed[key] = compose(*key[1:])
+    return found
+
+
+def _select(
+    model: type[DjangoModel], where: tuple[str, ...], lock: bool, defer: tuple[str, ...]
+) -> Select:
+    """The statement, the attnames it reads, and each column's converters
+    (index, converter, its expression) as a queryset applies them."""
+    quote = connection.ops.quote_name
+    opts = model._meta
+    fields = [f for f in opts.concrete_fields if f.primary_key or f.name not in defer]
+    converters = []
+    for i, field in enumerate(fields):
+        col = field.get_col(opts.db_table)
+        for convert in connection.ops.get_db_converters(col) + col.get_db_converters(connection):
+            converters.append((i, convert, col))
+    match = " AND ".join(f"{quote(opts.get_field(name).column)} = %s" for name in where)
+    sql = (
+        f"SELECT {', '.join(quote(f.column) for f in fields)} FROM {quote(opts.db_table)} "
+        f"WHERE {match}{' FOR UPDATE' if lock else ''}"
+    )
+    return sql, tuple(f.attname for f in fields), tuple(converters)
+
+
+def read(
+    model: type[M], *, lock: bool = False, defer: tuple[str, ...] = (), **where: Any
+) -> list[M]:
+    """model.objects.filter(**where).order_by(), locked (select_for_update)
+    when `lock`, its `defer` columns deferred: keyed by plain values of
+    the model's fields (a foreign key by its name, given the key)."""
+    sql, attnames, converters = _once(("select", model, tuple(where), lock, defer), _select)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, list(where.values()))
+        found = cursor.fetchall()
+    objs = []
+    for row in found:
+        values = list(row)
+        for i, convert, col in converters:
+            values[i] = convert(values[i], col, connection)
+        objs.append(model.from_db(connection.alias, attnames, values))
+    return objs
+
+
+def _inserted(model: type[DjangoModel]) -> tuple[Field[Any, Any], ...]:
+    return tuple(f for f in model._meta.concrete_fields if not f.primary_key)
+
+
+def _insert(model: type[DjangoModel], rows: int) -> str:
+    quote = connection.ops.quote_name
+    fields = _once(("inserted", model), _inserted)
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    return (
+        f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+        f"VALUES {', '.join([row] * rows)} RETURNING {quote(model._meta.pk.column)}"
+    )
+
+
+def _upsert(
+    model: type[DjangoModel], rows: int, unique: tuple[str, ...], names: tuple[str, ...]
+) -> str:
+    quote = connection.ops.quote_name
+    opts = model._meta
+    columns = [quote(opts.get_field(name).column) for name in unique]
+    sets = ", ".join(
+        f"{column} = EXCLUDED.{column}"
+        for column in (quote(opts.get_field(n).column) for n in names)
+    )
+    insert = _insert(model, rows).rpartition(" RETURNING ")
+    return (
+        f"{insert[0]} ON CONFLICT ({', '.join(columns)}) DO UPDATE SET {sets} RETURNING {insert[2]}"
+    )
+
+
+def insert(
+    objs: Sequence[DjangoModel], unique: tuple[str, ...] = (), update: tuple[str, ...] = ()
+) -> None:
+    """Model.objects.bulk_create(objs), for objects of one model with no
+    key of their own: inserted in one statement, each given its key. With
+    `unique` and `update`: bulk_create(objs, update_conflicts=True,
+    unique_fields=unique, update_fields=update), the row already there
+    under those fields updated instead."""
+    if not objs:
+        return
+    model = type(objs[0])
+    fields = _once(("inserted", model), _inserted)
+    params: list[Any] = []
+    for obj in objs:
+        # pre_save fills auto_now_add fields on the object as bulk_create does.
+        params += [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    if unique:
+        sql = _once(("upsert", model, len(objs), unique, update), _upsert)
+    else:
+        sql = _once(("insert", model, len(objs)), _insert)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        keys = cursor.fetchall()
+    for obj, (key,) in zip(objs, keys, strict=True):
+        obj.pk = key
+        obj._state.adding = False
+        obj._state.db = connection.alias
+
+
+def _update(model: type[DjangoModel], names: tuple[str, ...]) -> str:
+    quote = connection.ops.quote_name
+    opts = model._meta
+    sets = ", ".join(f"{quote(opts.get_field(name).column)} = %s" for name in names)
+    return f"UPDATE {quote(opts.db_table)} SET {sets} WHERE {quote(opts.pk.column)} = %s"
+
+
+def update(model: type[DjangoModel], pk: Any, values: dict[str, Any]) -> None:
+    """model.objects.filter(pk=pk).update(**values), for plain values (no
+    expressions): each converted by its field as update() converts it."""
+    if not values:
+        return
+    opts = model._meta
+    params: list[Any] = []
+    for name, value in values.items():
+        field = opts.get_field(name)
+        if hasattr(value, "prepare_database_save"):  # a model instance, for a foreign key
+            value = value.prepare_database_save(field)
+        params.append(field.get_db_prep_save(value, connection))
+    params.append(opts.pk.get_db_prep_save(pk, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(_once(("update", model, tuple(values)), _update), params)
