@@ -274,7 +274,7 @@ def _store_changes(pk: int, data: dict[str, Any], digests: dict[str, str], now: 
 
 
 def _store_filesystems(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
-    Filesystem.objects.filter(node=node).delete()
+    rows.delete(Filesystem, node=node.pk)
     rows.insert(
         [
             Filesystem(
@@ -295,7 +295,7 @@ def _store_filesystems(node: Node, data: dict[str, Any], now: datetime) -> dict[
 
 
 def _store_weights(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
-    ModelHolding.objects.filter(node=node).delete()
+    rows.delete(ModelHolding, node=node.pk)
     rows.insert(
         [
             ModelHolding(node=node, model_name=m["name"], path=m["path"], shared=m["shared"])

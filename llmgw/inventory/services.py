@@ -16,6 +16,7 @@ from llmgw_agent.protocol.bounds import NAME
 
 from llmgw import events
 from llmgw.accounts import certificates, hashing
+from llmgw.database import rows
 from llmgw.database.atomic import atomic
 from llmgw.inventory import commands, credentials, gpus, readiness, registering, sections
 from llmgw.inventory.choices import NodeState
@@ -29,7 +30,8 @@ class InventoryError(Exception):
 
 
 def _audit(node_name: str, actor: str, action: str, detail: str = "") -> None:
-    AuditEvent.objects.create(node_name=node_name, actor=actor, action=action, detail=detail)
+    # A statement composed once (llmgw.database.rows): every node joining writes one.
+    rows.insert([AuditEvent(node_name=node_name, actor=actor, action=action, detail=detail)])
 
 
 # --- identity ---------------------------------------------------------------
@@ -105,6 +107,13 @@ def add_nodes(names: list[str], actor: str) -> dict[str, str]:
     return tokens
 
 
+# The ORM's update(), built anew for every node of a fleet joining at once.
+_JOIN = (
+    f"UPDATE {Node._meta.db_table} SET join_token_hash = '', join_token_expires_at = NULL, "
+    "credential_hash = %s WHERE name = %s AND join_token_hash = %s AND join_token_expires_at > %s"
+)
+
+
 def join(name: str, token: str) -> str:
     """Trade a join token for the node's own credential, exactly once."""
     now = timezone.now()
@@ -112,11 +121,9 @@ def join(name: str, token: str) -> str:
     with transaction.atomic():
         # Compare-and-set on the token digest: two agents racing with one
         # token cannot both win.
-        won = Node.objects.filter(
-            name=name,
-            join_token_hash=hashing.digest(token),
-            join_token_expires_at__gt=now,
-        ).update(join_token_hash="", join_token_expires_at=None, credential_hash=cred_digest)
+        with connection.cursor() as cursor:
+            cursor.execute(_JOIN, [cred_digest, name, hashing.digest(token), now])
+            won = cursor.rowcount
         if won == 1:
             _audit(name, "agent", "join")
     if won != 1:
