@@ -20,7 +20,7 @@ class DomainPower:
     """One capped domain: its cap and the sums of its nodes' figures, kept
     up to date as a copy of the fleet has decisions applied."""
 
-    __slots__ = ("key", "cap", "declared", "derived", "measured", "draw", "unknown")
+    __slots__ = ("key", "cap", "declared", "derived", "measured", "draw", "unknown", "knows")
 
     def __init__(self, key: str, cap: float) -> None:
         self.key = key
@@ -33,28 +33,58 @@ class DomainPower:
         self.draw = 0.0
         # Nodes with no figure at all.
         self.unknown = 0
+        # Nodes counted that know each figure (declared, derived, measured)
+        # and that know one at all: a node counted out (uncount) leaves a
+        # sum no node knows unknown again, as a fresh count has it.
+        self.knows = [0, 0, 0, 0]
 
     def copy(self) -> DomainPower:
         other = DomainPower(self.key, self.cap)
         for slot in ("declared", "derived", "measured", "draw", "unknown"):
             setattr(other, slot, getattr(self, slot))
+        other.knows = list(self.knows)
         return other
 
     def count(self, declared: float | None, derived: float | None, measured: float | None) -> None:
-        self.declared = _plus(self.declared, declared)
-        self.derived = _plus(self.derived, derived)
-        self.measured = _plus(self.measured, measured)
+        knows = self.knows
+        if declared is not None:
+            self.declared = declared if self.declared is None else self.declared + declared
+            knows[0] += 1
+        if derived is not None:
+            self.derived = derived if self.derived is None else self.derived + derived
+            knows[1] += 1
+        if measured is not None:
+            self.measured = measured if self.measured is None else self.measured + measured
+            knows[2] += 1
         draw = largest(declared, derived, measured)
         if draw is None:
             self.unknown += 1
         else:
             self.draw += draw
+            knows[3] += 1
 
-
-def _plus(total: float | None, value: float | None) -> float | None:
-    if value is None:
-        return total
-    return value if total is None else total + value
+    def uncount(
+        self, declared: float | None, derived: float | None, measured: float | None
+    ) -> None:
+        """Take one node's figures back out (it is counted again as it now
+        is): what a count of every node but it would say, but for the
+        rounding of the sums."""
+        knows = self.knows
+        if declared is not None and self.declared is not None:
+            knows[0] -= 1
+            self.declared = self.declared - declared if knows[0] else None
+        if derived is not None and self.derived is not None:
+            knows[1] -= 1
+            self.derived = self.derived - derived if knows[1] else None
+        if measured is not None and self.measured is not None:
+            knows[2] -= 1
+            self.measured = self.measured - measured if knows[2] else None
+        draw = largest(declared, derived, measured)
+        if draw is None:
+            self.unknown -= 1
+        else:
+            knows[3] -= 1
+            self.draw = self.draw - draw if knows[3] else 0.0
 
 
 def largest(*figures: float | None) -> float | None:

@@ -110,13 +110,18 @@ def apply(n: NodeState, watts: float | None) -> None:
         return
     before = node_draw(n)
     after = node_draw(n, watts)
+    # Now known, where it was not: counted among the nodes that know it.
+    declares = n.declared_w is None
     n.declared_w = (n.declared_w or 0.0) + watts
     if n.measured_w is not None:
         n.measured_w += watts
     for d in n.power:
         d.declared = (d.declared or 0.0) + watts
+        if declares:
+            d.knows[0] += 1
         if n.measured_w is not None and d.measured is not None:
             d.measured += watts
         if before is None:
             d.unknown -= 1
+            d.knows[3] += 1
         d.draw += (after or 0.0) - (before or 0.0)

@@ -50,6 +50,7 @@ from django.utils import timezone
 from llmgw.database import prepared
 from llmgw.inventory import readiness
 from llmgw.inventory.models import Node
+from llmgw.placement import readings
 from llmgw.placement.claims import apply_to_views
 from llmgw.placement.scheduler import Inventory
 from llmgw.placement.snapshot import node_views
@@ -183,14 +184,19 @@ class WarmFleet:
                 return None
             self._start(writing)
             return self._inventory()
-        changed, everything = self._changes(writing)
+        changed, everything, due = self._changes(writing)
         if everything and not whole:
             self.inventory = None
             return None
         if everything:
             self._load_all()
-        elif changed:
+            return self._inventory()
+        if changed:
             self._reload(changed)
+        # The power readings alone of the rest of the nodes due (placement.readings).
+        if due and (moved := readings.moved(due - changed, self.views)):
+            self.views.update(moved)
+            self._inventory().rewatt(moved.values())
         return self._inventory()
 
     def private(self) -> Inventory:
@@ -273,7 +279,7 @@ class WarmFleet:
         if own is not None:
             self.xip.append(own)
 
-    def _changes(self, writing: bool) -> tuple[set[int], bool]:
+    def _changes(self, writing: bool) -> tuple[set[int], bool, set[int]]:
         with prepared.cursor() as cursor:
             cursor.execute(warm_sql.CHANGES, [writing, self.xmax, self.xip])
             rows = cursor.fetchall()
@@ -300,14 +306,15 @@ class WarmFleet:
         self._own(mine)
         changed |= self._lapsed() | self.stale
         self.stale = set()
+        due: set[int] = set()
         if self.capped and time.monotonic() - self.power_read_at > POWER_EVERY_S:
             self.power_read_at = time.monotonic()
-            changed |= self.capped
+            due = self.capped - self.own
         # A node this transaction changed is not read into the index from
         # inside it (its changes may still roll back): it is read at the
         # first look from outside.
         self.stale |= changed & self.own
-        return changed - self.own, everything
+        return changed - self.own, everything, due
 
     def _lapsed(self) -> set[int]:
         """Nodes whose readiness the clock changed since the last look."""
@@ -405,9 +412,10 @@ class WarmFleet:
                 for pk, v in views.items()
             )
         )
+        gone = False
         for pk, view in views.items():
             if view is None:
-                self.views.pop(pk, None)
+                gone = self.views.pop(pk, None) is not None or gone
             else:
                 self.views[pk] = view
         if moved:
@@ -415,9 +423,10 @@ class WarmFleet:
             self.order = [
                 pk for pk in Node.objects.values_list("pk", flat=True) if pk in self.views
             ]
-        else:
+        elif gone:
             self.order = [pk for pk in self.order if pk in self.views]
-        self.pk_by_name = {v.name: pk for pk, v in self.views.items()}
+        if moved or gone:
+            self.pk_by_name = {v.name: pk for pk, v in self.views.items()}
         for pk in pks:
             # Its entry in the heap goes stale: popped, it is skipped.
             self.deadline_of.pop(pk, None)

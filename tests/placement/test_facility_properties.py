@@ -176,3 +176,94 @@ def test_spread_never_refuses_a_replica_that_fits(
             break
         inv.apply(d)
         nodes = apply_to_views(nodes, d)
+
+
+def counted(inv: Inventory) -> list[tuple[object, ...]]:
+    return sorted(
+        (d.key, d.cap, d.declared, d.derived, d.measured, d.draw, d.unknown)
+        for d in inv.power_domains()
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.data())
+def test_replaced_nodes_are_counted_in_their_capped_domains_as_afresh(
+    fleet: tuple[list[NodeView], list[Profile]], data: st.DataObject
+) -> None:
+    # A few nodes' figures change (readings, a replica released) beside
+    # many that do not: each replaced node is counted out of its domains
+    # and in again, not the domains again from every node; the sums, and
+    # what is placed on them, are a fresh inventory's.
+    nodes, ps = fleet
+    # (In no capped domain: each domain keeps the few nodes drawn.)
+    nodes = nodes + [replace(v, name=f"{v.name}-{i}", budgets=()) for i in range(8) for v in nodes]
+    inv = Inventory(nodes)
+    for _ in range(data.draw(st.integers(0, 3))):
+        d = inv.place(MODEL, ps).decision
+        if d is None:
+            break
+        inv.apply(d)
+        nodes = apply_to_views(nodes, d)
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(0, len(nodes) - 1))
+        new = replace(
+            nodes[i],
+            declared_w=data.draw(WATTS),
+            derived_w=data.draw(WATTS),
+            measured_w=data.draw(WATTS),
+        )
+        nodes = [*nodes[:i], new, *nodes[i + 1 :]]
+        inv = inv.replaced([new])
+        assert counted(inv) == counted(Inventory(nodes))
+    for _ in range(3):
+        result = inv.place(MODEL, ps)
+        assert result.decision == place(MODEL, ps, nodes).decision
+        if result.decision is None:
+            break
+        inv.apply(result.decision)
+        nodes = apply_to_views(nodes, result.decision)
+        assert counted(inv) == counted(Inventory(nodes))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.data())
+def test_nodes_rewatted_decide_and_count_as_afresh(
+    fleet: tuple[list[NodeView], list[Profile]], data: st.DataObject
+) -> None:
+    # The warm fleet's power timer: readings (measured draw, the cards'
+    # limits and their sum) move on some nodes and nothing else does; the
+    # nodes are not filed again, and the copy decides, refuses and counts
+    # its capped domains as a fresh inventory of the new views.
+    nodes, ps = fleet
+    inv = Inventory(nodes)
+    for _ in range(data.draw(st.integers(0, 2))):
+        d = inv.place(MODEL, ps).decision
+        if d is None:
+            break
+        inv.apply(d)
+        nodes = apply_to_views(nodes, d)
+    moved = data.draw(st.lists(st.integers(0, len(nodes) - 1), unique=True, max_size=4))
+    limit = data.draw(st.one_of(st.none(), st.sampled_from([300.0, 700.0])))
+    for i in moved:
+        v = nodes[i]
+        nodes[i] = replace(
+            v,
+            gpus=tuple(replace(g, power_limit_w=limit) for g in v.gpus),
+            derived_w=data.draw(WATTS),
+            measured_w=data.draw(WATTS),
+        )
+    inv.rewatt([nodes[i] for i in moved])
+    assert counted(inv) == counted(Inventory(nodes))
+    for _ in range(3):
+        result = inv.place(MODEL, ps)
+        fresh = Inventory(nodes).place(MODEL, ps)
+        assert result.decision == fresh.decision
+        # The same node refused for the same reason (a dry run names its
+        # own claims apart in the words).
+        assert [(r.node, r.reason_code) for r in result.explanation.rejections] == [
+            (r.node, r.reason_code) for r in fresh.explanation.rejections
+        ]
+        if result.decision is None:
+            break
+        inv.apply(result.decision)
+        nodes = apply_to_views(nodes, result.decision)

@@ -20,6 +20,8 @@ from llmgw.catalog import services as catalog
 from llmgw.facility import services as facility
 from llmgw.inventory import services as inventory
 from llmgw.inventory.models import Node
+from llmgw.placement.scheduler import Inventory
+from llmgw.placement.snapshot import node_views
 from llmgw.serving import checked, placing, warm
 from llmgw.serving.models import Shard
 from tests import bulk_fleet
@@ -152,3 +154,34 @@ def test_a_node_moved_into_the_domain_since_the_look_is_counted(rack: None) -> N
         cursor.execute(checked.POWER, {**params, "members": looked, "domains": ["rack=r000"]})
         ((_, _, draw, _, members, _),) = cursor.fetchall()
     assert moved in members and draw == 1400.0
+
+
+def counted(inventory: Inventory) -> list[tuple[object, ...]]:
+    return sorted(
+        (d.key, d.cap, d.declared, d.derived, d.measured, d.draw, d.unknown)
+        for d in inventory.power_domains()
+    )
+
+
+def test_the_power_timer_reads_the_readings_alone(rack: None) -> None:
+    # Readings are not logged (a heartbeat moves them every time): the warm
+    # fleet reads a capped node's again on a timer, those figures alone, and
+    # its index is then the database's.
+    assert placing.dry_run("right").decision is not None  # warm; the rack's draw unknown
+    Node.objects.filter(name="node-00000").update(
+        gpu_telemetry=[{"index": 0, "power_limit_w": 700, "power_draw_w": 600.5}],
+        sensors={"cpu_packages": [{"power_w": 200}]},
+    )
+    fleet = warm.FLEET
+    reads, replaced = fleet.reads, fleet.replaced
+    assert placing.dry_run("right").decision is not None  # not yet due
+    fleet.power_read_at -= warm.POWER_EVERY_S + 1
+    # 800.5 W measured beside it, and the shard's 1,000 W: past the 1.5 kW cap.
+    assert placing.dry_run("right").decision is None
+    # No view read again whole, nor replaced in the index.
+    assert (fleet.reads, fleet.replaced) == (reads, replaced)
+    with fleet.lock:
+        inventory = fleet.current()
+        fresh = node_views()
+        assert {v.name: v for v in fleet.views.values()} == {v.name: v for v in fresh}
+        assert counted(inventory) == counted(Inventory(fresh))
