@@ -249,7 +249,9 @@ def _within_caps(
     `members`: the nodes the look had in them."""
     added = [pk for pk, want in wants.items() if want.watts]
     params = {
-        "members": sorted(members | set(wants)),
+        # As the text of an array: psycopg writes a list element by element
+        # in Python, 2.7 ms for the 5,000 nodes of a hall, every placement there.
+        "members": "{" + ",".join(map(str, sorted(members | set(wants)))) + "}",
         "added": added,
         "watts": [wants[pk].watts for pk in added],
         "undeclared": [wants[pk].undeclared for pk in added],
