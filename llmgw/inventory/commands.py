@@ -185,9 +185,7 @@ SELECT EXISTS (
 
 def _holds_and_waits(node_id: int, credential_hash: str) -> tuple[bool, bool]:
     with connection.cursor() as cursor:
-        cursor.execute(
-            HOLDS_AND_WAITS, [node_id, credential_hash, node_id, CommandState.PENDING]
-        )
+        cursor.execute(HOLDS_AND_WAITS, [node_id, credential_hash, node_id, CommandState.PENDING])
         holding, waiting = cursor.fetchone()
     return bool(holding), bool(waiting)
 
