@@ -37,6 +37,8 @@ JOIN, REGISTER, HEARTBEAT = (
 # The longest wait between two attempts. An agent must be back within 15 s of the control
 # plane recovering: this wait, plus the attempt that failed just before the recovery.
 RETRY_CAP_S = 10.0
+# How long one request may take, connecting included, before the next URL is tried.
+TIMEOUT_S = 10.0
 
 
 class TransientError(Exception):
@@ -113,7 +115,7 @@ class AgentClient:
         *,
         credential: str | None = None,
         ca_file: Path | None = None,
-        timeout_s: float = 10.0,
+        timeout_s: float = TIMEOUT_S,
         cert_file: Path | None = None,
         key_file: Path | None = None,
     ) -> None:

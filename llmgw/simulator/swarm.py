@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
-from llmgw_agent.client import RETRY_CAP_S, Backoff
+from llmgw_agent.client import RETRY_CAP_S, TIMEOUT_S, Backoff
 from llmgw_agent.collectors.registry import Roots
 from llmgw_agent.protocol import SCHEMA
 from llmgw_agent.protocol.build import build_heartbeat, heartbeat_payload
@@ -159,7 +159,12 @@ class Swarm:
 
     async def __aenter__(self) -> Swarm:
         connector = aiohttp.TCPConnector(limit=self.connections, ttl_dns_cache=None)
-        timeout = aiohttp.ClientTimeout(total=30, sock_connect=10)
+        # The agent's own: a request held up longer (waiting for one of the
+        # shared pool's connections included) goes to the next web process.
+        # At 30 s a heartbeat held up by a web process stopping could wait
+        # out most of its node's grace before it was sent to the next; an
+        # agent gives up on it after 10 s.
+        timeout = aiohttp.ClientTimeout(total=TIMEOUT_S, sock_connect=TIMEOUT_S)
         self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
         if self.streams:
             self.stream_session = aiohttp.ClientSession(
