@@ -32,12 +32,14 @@ def _listen(stop: threading.Event) -> None:
     # meant to tell apart).
     own.use("hearing", 1)()
     was_behind = 0.0
+    started = True  # until the first write: this process was not hearing before it
     while not stop.is_set():
         # Asked before the write's `now`: a loop that does not answer
         # within BEHIND_S is itself that far behind.
         behind = coalesce.behind_s(timezone.now(), readiness.BEHIND_S)
         try:
-            readiness.heard(timezone.now(), behind)
+            readiness.heard(timezone.now(), behind, started)
+            started = False
         except Exception as exc:  # the database away: that is what the gap records
             log.info("could not record that the fleet can be heard: %s", exc)
             connection.close()

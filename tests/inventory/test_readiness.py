@@ -229,3 +229,19 @@ def test_nodes_marked_not_ready_ask_the_reconciler_at_once(
     with django_capture_on_commit_callbacks(execute=True):
         assert services.mark_missed_heartbeats(s(45)) == []
     assert asked == [1], "a pass that marks nobody asks for nothing"
+
+
+@pytest.mark.django_db
+def test_a_web_process_that_starts_gives_every_node_a_full_grace(
+    make_node: Any, agent_client: Any
+) -> None:
+    """Killed and started again within GAP_S, the processes leave no gap;
+    their start still gives every node a full grace."""
+    _fleet(make_node, agent_client, ("returning", "gone"), s(0))
+    _heard(s(0), s(24))
+    readiness.heard(s(26), started=True)  # down 2 s, no gap in the record
+    _heard(s(28), s(56))
+    for p in range(30, 56, 5):
+        assert services.mark_missed_heartbeats(s(p)) == [], f"marked at {p} s"
+    heartbeats.heartbeat(Node.objects.get(name="returning"), heartbeat("returning"), now=s(50))
+    assert services.mark_missed_heartbeats(s(57)) == ["gone"]
