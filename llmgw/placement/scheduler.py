@@ -155,6 +155,13 @@ class Inventory:
         other.replace(views)
         return other
 
+    def _indexed(self, name: str) -> NodeState:
+        """The node as indexed now, which replace and rewatt change."""
+        old = self._by_name.get(name)
+        if old is None:
+            raise ValueError(f"node {name} is not in the inventory")
+        return old
+
     def replace(self, views: Iterable[NodeView]) -> None:
         """These nodes as the views now say (a node stopped reporting, a
         replica was released), as a fresh Inventory would index them,
@@ -165,9 +172,7 @@ class Inventory:
         self._materialize()
         changed: list[tuple[NodeState, NodeState]] = []
         for v in views:
-            old = self._by_name.get(v.name)
-            if old is None:
-                raise ValueError(f"node {v.name} is not in the inventory")
+            old = self._indexed(v.name)
             if v.labels != old.view.labels or v.holds_weights != old.view.holds_weights:
                 raise ValueError(f"node {v.name}: replaced views keep labels and weights")
             changed.append((old, NodeState(old.ordinal, v, old)))
@@ -207,9 +212,7 @@ class Inventory:
         self._materialize()
         changed: list[tuple[NodeState, NodeState]] = []
         for v in views:
-            old = self._by_name.get(v.name)
-            if old is None:
-                raise ValueError(f"node {v.name} is not in the inventory")
+            old = self._indexed(v.name)
             new = NodeState.__new__(NodeState)
             for slot in NodeState.__slots__:
                 setattr(new, slot, getattr(old, slot))
