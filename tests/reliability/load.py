@@ -1,7 +1,13 @@
 """API load against both web processes, as a client behind a load balancer
 sees it: a request that cannot reach one web process is sent to the other
 (a connection refused is what a balancer's health check reads), and only an
-answer that is not 200, or no answer from either, is an error."""
+answer that is not 200, or no answer from either, is an error.
+
+A GET whose connection the web process closed before answering is sent to
+the other one too, as nginx (`proxy_next_upstream error`) and HAProxy
+(`retry-on empty-response`) send an idempotent request again. A web process
+stopping cleanly closes its idle keep-alive connections, and a request can
+cross that close on the wire; a completion (a POST) is never sent twice."""
 
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ class Load:
     gateway: bool = False
     samples: list[Sample] = field(default_factory=list)
     failovers: int = 0
+    retried: int = 0  # GETs sent again after a close without an answer
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -75,6 +82,10 @@ class Load:
                 return http.get(url + PATH).status_code
             except httpx.ConnectError:
                 self.failovers += 1
+            except httpx.RemoteProtocolError:
+                if self.gateway:
+                    return CUT
+                self.retried += 1
             except httpx.HTTPError:
                 return CUT
         return 0

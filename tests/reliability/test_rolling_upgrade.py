@@ -107,7 +107,7 @@ def test_rolling_upgrade_then_all_at_once(cluster: Cluster) -> None:
         slowest_stop_s=max(r.stop_s for r in restarts),
         killed_after_grace=[r.name for r in restarts if not r.ended_by_itself],
         heard_after_each_s=restart_heard_s, longest_node_silence_s=rolling_silence_s, longest_schedule_gap_s=schedule_gap_s,
-        api_calls=len(load.samples),
+        api_calls=len(load.samples), api_retried=load.retried,
         api_errors=errors, migrated=cluster.sql(MIGRATED)[0][0],
     )  # fmt: skip
     record(
