@@ -7,6 +7,12 @@ same moment). The lock is a Redis key with a short lease, renewed while
 its holder lives; when the holder dies, another worker takes the
 schedule over within one lease. Without Redis (the embedded default, one
 worker) there is nobody to share with and the loop always holds it.
+
+Each task's cadence outlives its sender: the holder notes in Redis when
+it sent each task, and a worker that takes the schedule over sends each
+when the last holder would have. Sending every task at once on each
+takeover ran the five-minute fabric sweep at every worker restart, and
+its maps were parsed while 5,000 agents came back.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ log = logging.getLogger("llmgw.schedule")
 
 LOCK_KEY = "llmgw:schedule"
 LEASE_S = 15.0
+SENT_KEY = "llmgw:schedule:sent:"  # + the task's name: when it was last sent, wall clock
 
 
 class ClusterLock:
@@ -60,8 +67,29 @@ class ClusterLock:
         except Exception as exc:  # noqa: BLE001 - best effort on the way out
             log.warning("schedule lock release: %s", exc)
 
+    def sent(self, name: str, every: float) -> None:
+        """Note that the task was sent now, for whoever holds the schedule next."""
+        try:
+            self.redis.set(SENT_KEY + self.key + ":" + name, time.time(), ex=int(every * 2) + 60)
+        except Exception as exc:  # noqa: BLE001 - a takeover then sends it at once
+            log.warning("schedule: noting %s: %s", name, exc)
+
+    def wait_s(self, name: str, every: float) -> float:
+        """Seconds until the task is due by the last holder's cadence; 0 if
+        it was never sent, or nobody can say."""
+        try:
+            last = self.redis.get(SENT_KEY + self.key + ":" + name)
+        except Exception as exc:  # noqa: BLE001 - sent at once: a tick early is harmless
+            log.warning("schedule: reading when %s was sent: %s", name, exc)
+            return 0.0
+        if last is None:
+            return 0.0
+        return min(max(0.0, float(last) + every - time.time()), every)
+
 
 class AlwaysHeld:
+    """One process alone: a start sends every task at once."""
+
     lease_s = LEASE_S
 
     def hold(self) -> bool:
@@ -69,6 +97,12 @@ class AlwaysHeld:
 
     def release(self) -> None:
         pass
+
+    def sent(self, name: str, every: float) -> None:
+        pass
+
+    def wait_s(self, name: str, every: float) -> float:
+        return 0.0
 
 
 def run(
@@ -78,9 +112,9 @@ def run(
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Send each task when due, while this process holds the schedule. A
-    worker that takes the schedule over starts every task's clock afresh
-    (sends each once at once): a tick late is harmless, a tick twice is
-    what the lock is for."""
+    worker that takes the schedule over keeps each task's cadence where the
+    last holder left it (a task it never sent goes at once): a tick late
+    is harmless, a tick twice is what the lock is for."""
     due = dict.fromkeys(schedule, 0.0)
     renew_every = lock.lease_s / 3
     held, checked = False, -renew_every
@@ -91,7 +125,10 @@ def run(
                 was, held, checked = held, lock.hold(), now
                 if held != was:
                     log.info("schedule %s", "taken: sending periodic tasks" if held else "lost")
-                    due = dict.fromkeys(schedule, now)
+                    due = {
+                        name: now + lock.wait_s(name, every)
+                        for name, (_, every) in schedule.items()
+                    }
             if held:
                 for name, (send, every) in schedule.items():
                     if now >= due[name]:
@@ -100,6 +137,8 @@ def run(
                             send()
                         except Exception:
                             log.exception("periodic task %s failed", name)
+                        else:
+                            lock.sent(name, every)
             wait = min([*due.values(), checked + renew_every]) - clock()
             stop.wait(max(0.05, min(wait, renew_every)))
     finally:

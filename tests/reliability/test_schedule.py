@@ -61,3 +61,45 @@ def test_a_worker_takes_the_schedule_over_when_a_dead_holders_lease_runs_out() -
     t.join(5)
     assert sent, "nobody took the schedule over"
     assert 1.4 <= sent[0] <= 2.5, sent[:3]
+
+
+def test_a_takeover_keeps_each_tasks_cadence() -> None:
+    # A worker restarted hands the schedule to the other: a five-minute
+    # task the first sent a moment ago is not sent again at the takeover
+    # (it ran the fabric sweep at every restart), a task never sent is.
+    key = f"llmgw:test-schedule:{uuid.uuid4().hex}"
+    sent: list[tuple[str, str]] = []
+
+    def tasks(w: str) -> dict[str, tuple[object, float]]:
+        return {
+            "slow": (lambda: sent.append((w, "slow")), 300.0),
+            "tick": (lambda: sent.append((w, "tick")), 0.2),
+        }
+
+    def worker(w: str, stop: threading.Event) -> threading.Thread:
+        lock = schedule.ClusterLock(settings.REDIS_URL, key=key, lease_s=1.5)
+        t = threading.Thread(target=schedule.run, args=(tasks(w), lock, stop))
+        t.start()
+        return t
+
+    stop_a = threading.Event()
+    a = worker("a", stop_a)
+    time.sleep(0.5)
+    stop_a.set()
+    a.join(5)
+    assert ("a", "slow") in sent
+    stop_b = threading.Event()
+    b = worker("b", stop_b)
+    time.sleep(1.0)
+    stop_b.set()
+    b.join(5)
+    assert ("b", "tick") in sent and ("b", "slow") not in sent, sent
+    # Nobody can say when it was sent (Redis forgot): sent at once.
+    lock = schedule.ClusterLock(settings.REDIS_URL, key=key)
+    lock.redis.delete(schedule.SENT_KEY + key + ":slow")
+    stop_c = threading.Event()
+    c = worker("c", stop_c)
+    time.sleep(0.5)
+    stop_c.set()
+    c.join(5)
+    assert ("c", "slow") in sent, sent
