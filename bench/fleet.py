@@ -69,6 +69,7 @@ FIGURES = [
     ("ready_s", "fleet Ready after start", "-", 1, "s"),
     ("heartbeat_rate", "heartbeats answered", ">= 1,000/s", 1, "/s"),
     ("heartbeat_p99", "heartbeat p99", "< 250 ms", 1e3, "ms"),
+    ("first_look_s", "first look of every web process after growing", "-", 1, "s"),
     ("placement_rate", "placements committed (API)", ">= 100/s", 1, "/s"),
     ("placement_p50", "placement p50 (API)", "<= 50 ms", 1e3, "ms"),
     ("placement_failed", "placements failed (5xx, errors)", "0", 1, "calls"),
@@ -194,13 +195,14 @@ def measure_size(
         }  # fmt: skip
 
     def placements() -> dict[str, float]:
+        first = measure.first_looks(plane, MODEL)
         before = measure.read(plane)
         p = measure.placements(plane, MODEL, args.placements)
         cost = before.cost(measure.read(plane), max(p["placed"], 1.0), idle[0] if idle else None)
         if p["failed"] or not p["rate"]:
             faults.append(f"{nodes:,} nodes, placements: {p['failed']} failed, rate {p['rate']}")
         return {
-            "placement_rate": p["rate"], "placement_p50": p["p50_s"],
+            "first_look_s": first, "placement_rate": p["rate"], "placement_p50": p["p50_s"],
             "placement_failed": p["failed"], "placement_refused": p["refused"],
             **costs("place", cost),
         }  # fmt: skip

@@ -58,9 +58,10 @@ class Plane:
     def url(self) -> str:
         return self.urls[0]
 
-    def api(self) -> httpx.Client:
+    def api(self, url: str | None = None) -> httpx.Client:
+        """A client of one web process: the first, or `url`."""
         return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Token {self.token}"}, timeout=120
+            base_url=url or self.url, headers={"Authorization": f"Token {self.token}"}, timeout=120
         )
 
 
@@ -258,24 +259,47 @@ def heartbeats(
 # --- placement and explain --------------------------------------------------
 
 
+def first_looks(plane: Plane, model: str) -> float:
+    """Seconds until every web process has answered one explain, all asked
+    at once: a process whose warm fleet went cold (it was idle, or the
+    fleet changed whole, as it does while nodes join and their fabrics are
+    mapped again) reads the whole fleet at its first look. The placements
+    measured after it are the steady rate; this is what the first caller
+    after such a change waits."""
+
+    def look(url: str) -> None:
+        with plane.api(url) as api:
+            api.get(f"/api/v1/models/{model}/explain", params={"nodes": "1"}).raise_for_status()
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(len(plane.urls)) as pool:
+        list(pool.map(look, plane.urls))
+    return time.perf_counter() - started
+
+
 def placements(plane: Plane, model: str, count: int, concurrency: int = 8) -> dict[str, float]:
     """`count` placements of one replica each through POST
     /api/v1/models/{model}/place, `concurrency` at a time: committed ones
     per second of the whole run, and each request's time.
 
     Each of the `concurrency` callers keeps one client, as a program that
-    places keeps its session. A client a call cost this process 22 ms of
-    CPU each (httpx loads the CA bundle into a new TLS context even for
-    plain HTTP): on two busy cores the benchmark's own clients, not the
-    control plane, then set the pace, at about 20 calls a second."""
+    places keeps its session, to one web process, the callers spread over
+    them as a balancer in front of them spreads its clients (all of them
+    sent to the first, one process placed while the others idled). A
+    client a call cost this process 22 ms of CPU each (httpx loads the CA
+    bundle into a new TLS context even for plain HTTP): on two busy cores
+    the benchmark's own clients, not the control plane, then set the
+    pace, at about 20 calls a second."""
     local = threading.local()
     clients: list[httpx.Client] = []
+    lock = threading.Lock()
 
     def place(_: int) -> tuple[int, float]:
         api = getattr(local, "api", None)
         if api is None:
-            api = local.api = plane.api()
-            clients.append(api)
+            with lock:
+                api = local.api = plane.api(plane.urls[len(clients) % len(plane.urls)])
+                clients.append(api)
         started = time.perf_counter()
         try:
             code = api.post(f"/api/v1/models/{model}/place/").status_code

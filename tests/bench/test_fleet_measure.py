@@ -65,6 +65,7 @@ def test_every_figure_comes_back(plane):
     assert scraped["bytes"] > 0.95 * scraped["whole_bytes"] > 0
     assert scraped["slowest_s"] > 0 and scraped["cpu_s"] >= 0
 
+    assert measure.first_looks(plane, MODEL) > 0
     placed = measure.placements(plane, MODEL, count=2, concurrency=1)
     assert placed["placed"] + placed["refused"] == 2
     assert placed["placed"] == 0 or placed["p50_s"] > 0
