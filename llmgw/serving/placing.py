@@ -137,7 +137,9 @@ def _place_once(names: list[str], hold: bool) -> list[tuple[Replica | None, Plac
                 if wants:
                     desired.rebuild(list(wants))
                     named = {pk: fleet.views[pk].name for pk in wants if pk in fleet.views}
-                    checked.check(wants, named, xmax, xip, warm.WarmFleet._deadline)
+                    checked.check(
+                        wants, named, xmax, xip, warm.WarmFleet._deadline, fleet.in_domains
+                    )
         except BaseException as failed:
             fleet.restore(applied)
             if isinstance(failed, checked.Changed):

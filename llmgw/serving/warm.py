@@ -120,6 +120,8 @@ class WarmFleet:
         # Nodes in a power-capped domain, whose measured draw placement
         # reads: read again every POWER_EVERY_S, as no row logs a reading.
         self.capped: set[int] = set()
+        # Capped domain -> its nodes: the candidates the check's sum reads.
+        self.members: dict[str, set[int]] = {}
         self.power_read_at = time.monotonic()
         # Cold, kept (keep): the snapshot from which the log is watched for
         # a change of the whole fleet before the fleet is read.
@@ -446,8 +448,18 @@ class WarmFleet:
 
     def _index(self) -> None:
         self.inventory = Inventory(self.views[pk] for pk in self.order)
-        self.capped = {pk for pk, v in self.views.items() if v.budgets}
+        self.members = {}
+        for pk, v in self.views.items():
+            for key, _ in v.budgets:
+                self.members.setdefault(key, set()).add(pk)
+        self.capped = set().union(*self.members.values())
         self.rebuilds += 1
+
+    def in_domains(self, keys: Iterable[str]) -> set[int]:
+        """The nodes in these capped domains as last read, and those the
+        looking transaction changed itself (the database's check of a
+        decision's power adds every node changed since the look)."""
+        return set().union(self.own, *(self.members.get(k, ()) for k in keys))
 
     # -- our own decisions ---------------------------------------------------
 

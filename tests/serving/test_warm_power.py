@@ -120,7 +120,9 @@ def test_the_check_sums_a_domain_as_the_facility_listing_does(rack: None) -> Non
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
         (xmax,) = cursor.fetchone()
+        members = list(Node.objects.values_list("pk", flat=True))
         params = {"added": [], "watts": [], "undeclared": [], "xip": [], "xmax": xmax}
+        params["members"] = members
         cursor.execute(checked.POWER, {**params, "domains": ["rack=r000", "pdu=none"]})
         rows = cursor.fetchall()
     assert len(rows) == 1  # a cap no node is in sums nothing
@@ -132,12 +134,15 @@ def test_the_check_sums_a_domain_as_the_facility_listing_does(rack: None) -> Non
 
 
 def test_a_node_moved_into_the_domain_since_the_look_is_counted(rack: None) -> None:
-    # The sum reads the domain's nodes as their rows say now: a node
-    # labelled into the rack after the look is counted, though the look
-    # did not have it there.
+    # The sum reads the nodes the look had in the domain and every node
+    # changed since, as their rows say now: a node labelled into the rack
+    # after the look is counted, though the look did not have it there.
     bulk_fleet.build(1, start=20)  # rack r001
     Node.objects.filter(name="node-00020").update(
         gpu_telemetry=[{"index": 0, "power_limit_w": 700}, {"index": 1, "power_limit_w": 700}]
+    )
+    looked = list(
+        Node.objects.filter(name__in=["node-00000", "node-00001"]).values_list("pk", flat=True)
     )
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
@@ -145,6 +150,7 @@ def test_a_node_moved_into_the_domain_since_the_look_is_counted(rack: None) -> N
     inventory.set_labels("node-00020", {"llmgw.io/rack": "r000"}, "ops")
     moved = Node.objects.get(name="node-00020").pk
     params = {"added": [], "watts": [], "undeclared": [], "xip": [], "xmax": xmax}
+    params["members"] = looked
     with connection.cursor() as cursor:
         cursor.execute(checked.POWER, {**params, "domains": ["rack=r000"]})
         ((_, _, draw, _, members, _),) = cursor.fetchall()

@@ -1,7 +1,7 @@
 """Each node's derived and measured power (facility.power.derived and
 .measured) and the facility domains it is in (facility.domains.keys_of)
 kept on its row, computed by PostgreSQL whenever the row is written,
-whoever writes it, the domains indexed.
+whoever writes it.
 
 The database's check of every placement in a capped domain
 (serving.checked) summed them for each node of the domain from its
@@ -10,8 +10,9 @@ a hall of 5,000 nodes, under the hall's cap row lock, so every placement
 there waited for the one before (about 10 a second, whatever the cores).
 It also read which nodes are in each domain from their labels' JSON.
 Computed when the row is written (about 20 microseconds a heartbeat),
-the check finds a domain's nodes through the index and reads two numbers
-a node. The facility listing (facility.readings) reads the figures too.
+the check compares an array and reads two numbers a node. The domains are
+not indexed: a GIN index's pending list grew with every heartbeat that
+could not update its row in place, and every search read it. The facility listing (facility.readings) reads the figures too.
 
 The functions follow power.derived, power.measured and domains.keys_of
 exactly (tests/facility/test_node_figures.py holds them to each other):
@@ -64,7 +65,6 @@ ALTER TABLE inventory_node
         GENERATED ALWAYS AS (facility_measured_w(gpu_telemetry, sensors)) STORED,
     ADD COLUMN domain_keys text[]
         GENERATED ALWAYS AS (facility_domain_keys(name, agent_labels, operator_labels)) STORED;
-CREATE INDEX inventory_node_domain_keys ON inventory_node USING gin (domain_keys);
 """
 
 UNDO = """
