@@ -28,7 +28,6 @@ log = logging.getLogger("llmgw.schedule")
 
 LOCK_KEY = "llmgw:schedule"
 LEASE_S = 15.0
-SENT_KEY = "llmgw:schedule:sent:"  # + the task's name: when it was last sent, wall clock
 
 
 class ClusterLock:
@@ -67,10 +66,14 @@ class ClusterLock:
         except Exception as exc:  # noqa: BLE001 - best effort on the way out
             log.warning("schedule lock release: %s", exc)
 
+    def sent_key(self, name: str) -> str:
+        """Where the holder notes when it last sent the task (wall clock)."""
+        return f"{self.key}:sent:{name}"
+
     def sent(self, name: str, every: float) -> None:
         """Note that the task was sent now, for whoever holds the schedule next."""
         try:
-            self.redis.set(SENT_KEY + self.key + ":" + name, time.time(), ex=int(every * 2) + 60)
+            self.redis.set(self.sent_key(name), time.time(), ex=int(every * 2) + 60)
         except Exception as exc:  # noqa: BLE001 - a takeover then sends it at once
             log.warning("schedule: noting %s: %s", name, exc)
 
@@ -78,7 +81,7 @@ class ClusterLock:
         """Seconds until the task is due by the last holder's cadence; 0 if
         it was never sent, or nobody can say."""
         try:
-            last = self.redis.get(SENT_KEY + self.key + ":" + name)
+            last = self.redis.get(self.sent_key(name))
         except Exception as exc:  # noqa: BLE001 - sent at once: a tick early is harmless
             log.warning("schedule: reading when %s was sent: %s", name, exc)
             return 0.0

@@ -75,15 +75,17 @@ FOR NO KEY UPDATE OF n
 # and every node changed since (a label moves a node, a name is logged):
 # a node in it now is one or the other. Reading the whole fleet's
 # instead cost 10 ms at 5,000 nodes, every placement in a capped domain.
-# Each node's row says which domains it is in (facility migration 0003);
-# an index on them was tried and left out: every heartbeat that could not
-# update its row in place added to the index's pending list, and every
-# search read that list, 17 ms of PostgreSQL a placement at 5,000 nodes.
+# Each node's row says which domains it is in (facility migration 0003).
+# An index on them was tried and left out: every heartbeat that cannot
+# update its row in place adds to such an index's pending list, which
+# every search reads (one bench-fleet run with it: 17 ms of PostgreSQL a
+# placement at 5,000 nodes).
 #
 # A node's three figures (facility.power, placement.power): declared by
 # its stored shards' profiles, derived from its cards' power limits,
 # measured as its cards' draw and its CPU packages' (the last two kept on
-# its row by PostgreSQL, as its domains); NULL where nothing says. Each domain: its cap, its draw (each node's largest figure, with
+# its row by PostgreSQL, as its domains); NULL where nothing says. Each
+# domain: its cap, its draw (each node's largest figure, with
 # what this transaction's shards add: `watts` to what is declared and
 # measured, `undeclared` the part of it no profile declares, which the
 # stored shards do not count), and its nodes. And whether a hold or a cap

@@ -45,7 +45,7 @@ LABELS = [
             "llmgw.io/pdu": "p",
         },
         {},
-    ),  # fmt: skip
+    ),
     ({"llmgw.io/rack": "a=b c"}, {}),
 ]
 

@@ -96,7 +96,7 @@ def test_a_takeover_keeps_each_tasks_cadence() -> None:
     assert ("b", "tick") in sent and ("b", "slow") not in sent, sent
     # Nobody can say when it was sent (Redis forgot): sent at once.
     lock = schedule.ClusterLock(settings.REDIS_URL, key=key)
-    lock.redis.delete(schedule.SENT_KEY + key + ":slow")
+    lock.redis.delete(lock.sent_key("slow"))
     stop_c = threading.Event()
     c = worker("c", stop_c)
     time.sleep(0.5)

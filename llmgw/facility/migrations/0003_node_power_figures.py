@@ -10,9 +10,10 @@ a hall of 5,000 nodes, under the hall's cap row lock, so every placement
 there waited for the one before (about 10 a second, whatever the cores).
 It also read which nodes are in each domain from their labels' JSON.
 Computed when the row is written (about 20 microseconds a heartbeat),
-the check compares an array and reads two numbers a node. The domains are
-not indexed: a GIN index's pending list grew with every heartbeat that
-could not update its row in place, and every search read it. The facility listing (facility.readings) reads the figures too.
+the check compares an array and reads two numbers a node. The facility
+listing (facility.readings) reads the figures too. The domains are not
+indexed: a GIN index's pending list grows with every heartbeat that
+cannot update its row in place, and every search reads that list.
 
 The functions follow power.derived, power.measured and domains.keys_of
 exactly (tests/facility/test_node_figures.py holds them to each other):
