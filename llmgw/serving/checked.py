@@ -35,14 +35,18 @@ from django.utils import timezone
 
 from llmgw.database import prepared
 from llmgw.placement import power
+from llmgw.serving.followed import unseen
+
+# The log rows the look did not see: any reader's test, these parameters.
+UNSEEN = unseen("%(xmax)s", "%(xip)s")
 
 # The log rows the look did not see, read once through the index on xid
 # (a condition per node joined with OR made it a scan of the whole log);
 # and the caps of the decision's nodes' domains, locked for POWER.
-CHECK = """
+CHECK = f"""
 WITH unseen AS MATERIALIZED (
     SELECT node_id FROM serving_nodechange
-    WHERE kind = 'node' AND (xid >= %(xmax)s::xid8 OR xid = ANY(%(xip)s::xid8[]))
+    WHERE kind = 'node' AND {UNSEEN}
       AND xid <> pg_current_xact_id()
 ), capped AS MATERIALIZED (
     SELECT b.domain FROM facility_budget b
@@ -91,13 +95,15 @@ FOR NO KEY UPDATE OF n
 # stored shards do not count), and its nodes. And whether a hold or a cap
 # changed since the look (a whole-fleet row): the caps read here would
 # not be the ones the decision was made under.
-POWER = """
+POWER = f"""
 WITH candidates AS (
     SELECT unnest(%(members)s::bigint[]) AS id
     UNION
     SELECT node_id FROM serving_nodechange
     WHERE kind = 'node' AND node_id IS NOT NULL
-      AND (xid >= %(xmax)s::xid8 OR xid = ANY(%(xip)s::xid8[]) OR xid = pg_current_xact_id())
+      -- Stable, where pg_current_xact_id() is volatile: an index cannot
+      -- take a volatile value, and the arm made the read a scan of the log.
+      AND ({UNSEEN} OR xid = pg_current_xact_id_if_assigned())
 ), added AS (
     SELECT * FROM unnest(%(added)s::bigint[], %(watts)s::float8[], %(undeclared)s::float8[])
         AS a(node_id, watts, undeclared)
@@ -138,7 +144,7 @@ SELECT domain, cap, COALESCE(sum(draw), 0), count(*) FILTER (WHERE draw IS NULL)
        array_agg(id),
        EXISTS (SELECT 1 FROM serving_nodechange
                WHERE kind = 'node' AND node_id IS NULL
-                 AND (xid >= %(xmax)s::xid8 OR xid = ANY(%(xip)s::xid8[]))
+                 AND {UNSEEN}
                  AND xid <> pg_current_xact_id())
 FROM draws
 GROUP BY domain, cap

@@ -65,6 +65,27 @@ READERS = (
 )
 
 
+# The last value an xid8 can take: the top of "at or above the xmax".
+XID8_LAST = "18446744073709551615"
+
+
+def unseen(xmax: str, xip: str, column: str = "xid") -> str:
+    """SQL: the log row's transaction had not committed at a snapshot, whose
+    xmax and in-progress transactions are the parameters marked `xmax` and
+    `xip` ("%s" or "%(name)s").
+
+    Written as a range with both ends rather than `xid >= xmax`: placement
+    runs its statements on generic plans (serving.placing), where the
+    planner cannot see the xmax. It guesses a third of the log for an open
+    range, and scanned the whole log on every look and every check once
+    the log was large; for a range with a known top it guesses a small
+    fraction, and reads the index. The migration that sets xid's
+    n_distinct (0013) keeps the other arms small too."""
+    return (
+        f"({column} BETWEEN {xmax}::xid8 AND '{XID8_LAST}'::xid8 OR {column} = ANY({xip}::xid8[]))"
+    )
+
+
 def since(kind: str) -> str:
     """SQL: whether a row of the kind was logged by a transaction that had
     not committed at the reader's snapshot (other than this one); its
@@ -74,7 +95,7 @@ def since(kind: str) -> str:
     assert kind.isidentifier(), kind
     return f"""
 EXISTS (SELECT 1 FROM serving_nodechange
-        WHERE kind = '{kind}' AND (xid >= %s::xid8 OR xid = ANY(%s::xid8[]))
+        WHERE kind = '{kind}' AND {unseen("%s", "%s")}
           AND xid IS DISTINCT FROM pg_current_xact_id_if_assigned())
 """
 

@@ -4,19 +4,21 @@ its rows of kind 'node' (followed.py)."""
 
 from django.db import connection
 
+from llmgw.serving.followed import unseen
+
 # The rows whose transactions had not committed when we last looked (at
 # or above that snapshot's xmax, or in progress then), and this
 # transaction's own: its rows read the same before and after it writes.
 # A look made to write (placing) assigns this transaction its id, so the
 # log rows it goes on to write are known by it without reading them back.
-CHANGES = """
+CHANGES = f"""
 SELECT pg_current_snapshot()::text,
        (CASE WHEN %s THEN pg_current_xact_id() ELSE pg_current_xact_id_if_assigned() END)::text,
        c.id, c.node_id, c.xid::text
 FROM (SELECT 1) AS one
 LEFT JOIN serving_nodechange c
   ON c.kind = 'node'
- AND (c.xid >= %s::xid8 OR c.xid = ANY(%s::xid8[]) OR c.xid = pg_current_xact_id_if_assigned())
+ AND ({unseen("%s", "%s", "c.xid")} OR c.xid = pg_current_xact_id_if_assigned())
 """
 
 
@@ -30,10 +32,10 @@ SELECT pg_current_snapshot()::text, {assign}::text,
 """
 
 
-WHOLE_SINCE = """
+WHOLE_SINCE = f"""
 SELECT EXISTS (
     SELECT 1 FROM serving_nodechange
-    WHERE node_id IS NULL AND kind = 'node' AND (xid >= %s::xid8 OR xid = ANY(%s::xid8[]))
+    WHERE node_id IS NULL AND kind = 'node' AND {unseen("%s", "%s")}
 )
 """
 
