@@ -7,8 +7,8 @@ class FabricsConfig(AppConfig):  # type: ignore[misc]  # Django ships no types
     verbose_name = "Fabrics"
 
     def ready(self) -> None:
-        from llmgw.fabrics import services, sweep
+        from llmgw.fabrics import services, sweep, tasks
         from llmgw.inventory import commands, sections
 
-        commands.on_finish(sweep.KIND, sweep.store_result)
+        commands.on_finish(sweep.KIND, tasks.map_in_a_worker)
         sections.register(services.SECTION)

@@ -3,7 +3,8 @@ fabric runs ibnetdiscover, and the control plane parses what it printed.
 
 The command goes down the agent's own stream (llmgw.inventory.commands):
 nothing connects into a node, and a command reaches its agent within the
-stream's poll interval. The text is parsed here, not on the node, so a
+stream's poll interval. The text is parsed by a worker, not on the node
+(nor in the web process that hears it: tasks.map_in_a_worker), so a
 format the parser has not met is a control-plane upgrade, not one on every
 node. A dump that fails to parse, or a command that fails, keeps the
 previous map; the error (and the line it was on) is recorded beside it.
@@ -174,7 +175,7 @@ def store_map(
 
 def store_result(command: AgentCommand) -> None:
     """What a node's ibnetdiscover printed, parsed and analysed into the
-    fabric's map (a commands.on_finish handler)."""
+    fabric's map (in a worker: tasks.map_in_a_worker)."""
     fabric = PhysicalFabric.objects.filter(pk=_fabric_of(command)).first()
     if fabric is None:
         return

@@ -22,6 +22,7 @@ from llmgw.placement import services as placement
 from llmgw.placement.snapshot import node_views
 from llmgw.simulator.fat_tree import FatTree, Host
 from llmgw.simulator.ibnetdiscover_dump import dump
+from tests.fabrics_service.queued import run_queued_maps
 from tests.payloads import heartbeat, registration
 
 SM = "0x0000000000abcd01"
@@ -50,8 +51,7 @@ def port(host: Host, r: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-@pytest.fixture
-def mapped(make_node: Any, agent_client: Any) -> PhysicalFabric:
+def joined(make_node: Any, agent_client: Any) -> None:
     for host in TREE.hosts:
         _, credential = make_node(host.name)
         agent = agent_client(credential)
@@ -60,12 +60,27 @@ def mapped(make_node: Any, agent_client: Any) -> PhysicalFabric:
         assert answer.status_code == 200
         ports = [port(host, r) for r in range(host.adapters)]
         assert agent.post("heartbeat", heartbeat(host.name, ports=ports)).status_code == 200
-    fabric = PhysicalFabric.objects.get()
+
+
+def answered(fabric: PhysicalFabric, capture: Any) -> int:
+    """n1 asked for the map and its answer heard, committed; the command's key."""
     n1 = Node.objects.get(name="n1")
     command = commands.send(n1, "ibnetdiscover", {"fabric_id": fabric.pk})
     commands.claim(n1.pk)
     output = dump(TREE, ("n1", "mlx5_0"))
-    commands.finish(n1.pk, {"id": command.pk, "ok": True, "output": output})
+    with capture(execute=True):
+        commands.finish(n1.pk, {"id": command.pk, "ok": True, "output": output})
+    return command.pk
+
+
+@pytest.fixture
+def mapped(
+    make_node: Any, agent_client: Any, django_capture_on_commit_callbacks: Any
+) -> PhysicalFabric:
+    joined(make_node, agent_client)
+    fabric = PhysicalFabric.objects.get()
+    pk = answered(fabric, django_capture_on_commit_callbacks)
+    assert run_queued_maps() == [pk]
     assert FabricMap.objects.get(fabric=fabric).analysis["summary"]["degraded_links"] == 1
     catalog.apply_text(PROFILE)
     return fabric
@@ -120,3 +135,15 @@ def test_short_cabled_nodes_come_last(mapped: PhysicalFabric) -> None:
     assert decision is not None and set(decision.nodes) == {"n1", "n5"}
     assert decision.short_cabled == ("n1",)
     assert "n1 taken although a cable trained short" in placement.route_text(decision)
+
+
+def test_an_answer_is_parsed_by_a_worker_not_by_the_web_process_that_heard_it(
+    make_node: Any, agent_client: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    joined(make_node, agent_client)
+    fabric = PhysicalFabric.objects.get()
+    pk = answered(fabric, django_capture_on_commit_callbacks)
+    # Heard and stored, not parsed: the map waits for a worker.
+    assert not FabricMap.objects.filter(fabric=fabric, analysis__isnull=False).exists()
+    assert run_queued_maps() == [pk]  # the message, taken as a worker takes it
+    assert FabricMap.objects.get(fabric=fabric).analysis["summary"]["degraded_links"] == 1
