@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
@@ -32,14 +33,13 @@ def _listen(stop: threading.Event) -> None:
     # meant to tell apart).
     own.use("hearing", 1)()
     was_behind = 0.0
-    started = True  # until the first write: this process was not hearing before it
+    ear = Ear()
     while not stop.is_set():
         # Asked before the write's `now`: a loop that does not answer
         # within BEHIND_S is itself that far behind.
         behind = coalesce.behind_s(timezone.now(), readiness.BEHIND_S)
         try:
-            readiness.heard(timezone.now(), behind, started)
-            started = False
+            ear.tick(timezone.now(), behind)
         except Exception as exc:  # the database away: that is what the gap records
             log.info("could not record that the fleet can be heard: %s", exc)
             connection.close()
@@ -61,6 +61,44 @@ def _listen(stop: threading.Event) -> None:
         if stop.wait(readiness.TICK_S):
             break
     connection.close()
+
+
+class Ear:
+    """One web process's writes of the record, a tick at a time."""
+
+    def __init__(self) -> None:
+        # Until the first write: this process was not hearing before it.
+        self.started = True
+        # When the return this process began (its start, or a gap it
+        # found) began: until the fleet is back, each write is a new stretch.
+        self.returning: datetime | None = None
+
+    def tick(self, now: datetime, behind: float) -> None:
+        if self.returning is not None and _back(self.returning, now):
+            self.returning = None
+        hearing = readiness.heard(now, behind, self.started, self.returning is not None)
+        self.started = False
+        if hearing.began and self.returning is None:
+            self.returning = hearing.since
+
+
+def _back(began: datetime, now: datetime) -> bool:
+    """Whether the fleet is back from the return that began then (logged)."""
+    unheard, total, back = readiness.returned(began, now)
+    if back and total:
+        took = (now - began).total_seconds()
+        if unheard:
+            log.warning(
+                "%d of %d nodes heard in the %.0f s since the control plane could hear again; "
+                "the %d others have a grace from now",
+                total - unheard,
+                total,
+                took,
+                unheard,
+            )
+        else:
+            log.info("every node heard again %.0f s after the control plane could", took)
+    return back
 
 
 def start() -> threading.Event:

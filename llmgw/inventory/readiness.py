@@ -36,6 +36,18 @@ heartbeats and command streams at once) took the restarted processes
 20-30 s to hear: 262 and then 2,154 nodes were marked in bench-fleet's
 restart. A restart gives every node a full grace, as an outage does.
 
+And the fleet needs time to come back. After a start or a gap, the
+agents return as fast as they retry and the web processes can answer:
+after every process of bench-fleet's 5,000-node layout was restarted on
+2 cores, the last nodes were heard 31-38 s later, past the 30 s grace,
+and 229 nodes that never stopped were marked and 8 replicas moved. So
+the web process whose start or gap began the stretch keeps writing new
+ones (`returning`) while fewer than RETURNED of the nodes Ready before
+have been heard since, for at most RETURN_GRACES graces: a node that
+really died meanwhile is still marked, a grace after the rest are back
+or after that bound. Only the process that began a return extends it,
+so two processes cannot keep each other's going.
+
 Where no web process ever wrote the row (a server without the ASGI
 lifespan, the tests' own clients) nothing is known of outages, and
 silence is counted in wall time, as before.
@@ -49,7 +61,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Count, Max, Q
 
 from llmgw.database.atomic import atomic
 from llmgw.inventory.choices import NodeState
@@ -73,13 +85,22 @@ GAP_S = 3 * TICK_S
 BEHIND_S = 5.0
 
 
+# The share of the fleet that must be heard again before a return is
+# over, and the most graces a return may last.
+RETURNED = 0.9
+RETURN_GRACES = 3
+
+
 @dataclass(frozen=True)
 class Hearing:
     """The stretch of hearing the control plane is in: since when, and the
-    last time it knew it could hear (None, None: nothing recorded)."""
+    last time it knew it could hear (None, None: nothing recorded).
+    `began`: the write that returned it began the stretch after the
+    control plane could not hear (a process's start, or a gap)."""
 
     since: datetime | None
     heard_at: datetime | None
+    began: bool = False
 
     def heard_to(self, now: datetime) -> datetime:
         """The last moment counted as listening: now, unless the writes
@@ -193,19 +214,25 @@ def last_known() -> Hearing:
 
 
 @atomic
-def heard(now: datetime, behind_s: float = 0.0, started: bool = False) -> Hearing:
+def heard(
+    now: datetime, behind_s: float = 0.0, started: bool = False, returning: bool = False
+) -> Hearing:
     """This web process can hear the fleet at `now`; `behind_s`: how far
-    behind it is with the heartbeats it has been sent, and `started`:
-    whether it has just started (either way a new stretch from now)."""
+    behind it is with the heartbeats it has been sent, `started`: whether
+    it has just started, and `returning`: whether the fleet is still
+    coming back from a return this process began (any of them: a new
+    stretch from now)."""
     global _latest
     row = HearingRow.objects.select_for_update().filter(pk=1).first()
+    began = started
     if row is None:
         row = HearingRow.objects.create(pk=1, since=now, heard_at=now)
-    elif behind_s >= BEHIND_S or started:
+    elif behind_s >= BEHIND_S or started or returning:
         # Logged once an episode by the caller (llmgw.inventory.listening).
         row.since = row.heard_at = max(now, row.heard_at)
         row.save(update_fields=["since", "heard_at"])
     elif (now - row.heard_at).total_seconds() > GAP_S:
+        began = True
         log.warning(
             "the control plane could not hear its fleet from %s to %s; every node has "
             "its full grace from now",
@@ -218,4 +245,20 @@ def heard(now: datetime, behind_s: float = 0.0, started: bool = False) -> Hearin
         row.heard_at = now
         row.save(update_fields=["heard_at"])
     _latest = Hearing(row.since, row.heard_at)
-    return _latest
+    return Hearing(row.since, row.heard_at, began)
+
+
+def returned(began: datetime, now: datetime) -> tuple[int, int, bool]:
+    """Of the nodes Ready on record, how many have not been heard since
+    `began` and how many there are, and whether the return that began
+    then is over: RETURNED of them heard, or RETURN_GRACES graces passed."""
+    counts = Node.objects.filter(state=NodeState.READY).aggregate(
+        unheard=Count("pk", filter=Q(last_heartbeat_at__lt=began)),
+        total=Count("pk"),
+        longest=Max("heartbeat_interval_s"),
+    )
+    unheard, total = counts["unheard"], counts["total"]
+    if not total:
+        return 0, 0, True
+    bounded = now - began >= RETURN_GRACES * grace(counts["longest"])
+    return unheard, total, bounded or total - unheard >= RETURNED * total

@@ -245,3 +245,71 @@ def test_a_web_process_that_starts_gives_every_node_a_full_grace(
         assert services.mark_missed_heartbeats(s(p)) == [], f"marked at {p} s"
     heartbeats.heartbeat(Node.objects.get(name="returning"), heartbeat("returning"), now=s(50))
     assert services.mark_missed_heartbeats(s(57)) == ["gone"]
+
+
+def _ticks(ear: listening.Ear, start: float, end: float) -> None:
+    at = start
+    while at <= end:
+        ear.tick(s(at), 0.0)
+        at += readiness.TICK_S
+
+
+@pytest.mark.django_db
+def test_a_returning_fleet_has_its_grace_until_it_is_back(
+    make_node: Any, agent_client: Any
+) -> None:
+    """Every process restarted: the agents come back as they retry, and
+    the last can take longer than a grace. Until RETURNED of the fleet is
+    heard again, no node is marked; then the one that really died is, a
+    grace later."""
+    names = tuple(f"n{i}" for i in range(10))
+    _fleet(make_node, agent_client, names, s(0))
+    _heard(s(0), s(24))
+    ear = listening.Ear()  # a web process starts at 26 s
+    _ticks(ear, 26, 40)
+    for name in names[:5]:  # half the fleet heard again by 40 s
+        heartbeats.heartbeat(Node.objects.get(name=name), heartbeat(name), now=s(40))
+    for t in range(42, 70, 2):
+        ear.tick(s(t), 0.0)
+        assert services.mark_missed_heartbeats(s(t)) == [], f"marked at {t} s"
+    for name in names[5:9]:  # nine of ten back at 70 s, 44 s after the start
+        heartbeats.heartbeat(Node.objects.get(name=name), heartbeat(name), now=s(70))
+    _ticks(ear, 70, 74)
+    assert ear.returning is None, "the fleet is back"
+    for t in range(74, 100, 2):
+        ear.tick(s(t), 0.0)
+        for name in names[:9]:
+            heartbeats.heartbeat(Node.objects.get(name=name), heartbeat(name), now=s(t))
+        assert services.mark_missed_heartbeats(s(t)) == [], f"marked at {t} s"
+    _ticks(ear, 100, 104)
+    assert services.mark_missed_heartbeats(s(104)) == ["n9"]
+
+
+@pytest.mark.django_db
+def test_a_return_ends_after_its_bound_however_few_came_back(
+    make_node: Any, agent_client: Any
+) -> None:
+    """Half the fleet died with the control plane: the return lasts
+    RETURN_GRACES graces, then the silent half is marked a grace later."""
+    names = tuple(f"n{i}" for i in range(4))
+    _fleet(make_node, agent_client, names, s(0))
+    _heard(s(0), s(24))
+    ear = listening.Ear()
+    _ticks(ear, 26, 26)
+    bound = 26 + readiness.RETURN_GRACES * GRACE.total_seconds()  # 116 s
+    t = 28.0
+    marked: list[str] = []
+    while not marked:
+        ear.tick(s(t), 0.0)
+        for name in names[:2]:
+            heartbeats.heartbeat(Node.objects.get(name=name), heartbeat(name), now=s(t))
+        marked = services.mark_missed_heartbeats(s(t))
+        if t < bound:
+            assert not marked, f"marked at {t} s"
+        t += readiness.TICK_S
+    assert ear.returning is None
+    assert sorted(marked) == ["n2", "n3"]
+    # A grace after the return's last stretch, which began at its bound.
+    assert (
+        bound + GRACE.total_seconds() <= t - readiness.TICK_S <= bound + GRACE.total_seconds() + 6
+    )
