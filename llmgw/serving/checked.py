@@ -37,7 +37,7 @@ from llmgw.database import prepared
 from llmgw.placement import power
 from llmgw.serving.followed import unseen
 
-# The log rows the look did not see: any reader's test, these parameters.
+# followed.unseen, with the look's snapshot as this module's statements name it.
 UNSEEN = unseen("%(xmax)s", "%(xip)s")
 
 # The log rows the look did not see, read once through the index on xid

@@ -13,6 +13,7 @@ such a log, and its plan must not scan serving_nodechange whole.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -38,15 +39,15 @@ VALUES: dict[str, Any] = {
 }
 
 
-def numbered(sql: str, positional: list[str]) -> tuple[str, list[Any]]:
-    """The statement with $1, $2 ... for its "%s" and "%(name)s" markers,
-    and a value for each, as PREPARE takes them."""
+def numbered(sql: str, positional: Sequence[str]) -> tuple[str, list[Any]]:
+    """The statement with $1, $2 ... for its "%(name)s" markers and its
+    "%s" ones (named by `positional`, in order), and a value for each, as
+    PREPARE takes them."""
     order: list[str] = []
+    names = iter(positional)
 
     def number(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name is None:
-            name = positional[len([n for n in order if n in positional])]
+        name = match.group(1) or next(names)
         if name not in order:
             order.append(name)
         return f"${order.index(name) + 1}"
@@ -55,8 +56,8 @@ def numbered(sql: str, positional: list[str]) -> tuple[str, list[Any]]:
     return text, [VALUES.get(name, name) for name in order]
 
 
-def generic_plan(sql: str, positional: list[str] = ()) -> str:  # type: ignore[assignment]
-    text, values = numbered(sql, list(positional))
+def generic_plan(sql: str, positional: Sequence[str] = ()) -> str:
+    text, values = numbered(sql, positional)
     with transaction.atomic(), connection.cursor() as cursor:
         # As placement plans its statements: in a transaction with an id.
         cursor.execute("SELECT pg_current_xact_id()")
