@@ -69,24 +69,24 @@ class Ear:
     def __init__(self) -> None:
         # Until the first write: this process was not hearing before it.
         self.started = True
-        # When the return this process began (its start, or a gap it
-        # found) began: until the fleet is back, each write is a new stretch.
-        self.returning: datetime | None = None
+        # The return this process began (its start, or a gap it found):
+        # until the fleet is back, each write is a new stretch.
+        self.returning: readiness.Return | None = None
 
     def tick(self, now: datetime, behind: float) -> None:
         if self.returning is not None and _back(self.returning, now):
             self.returning = None
         hearing = readiness.heard(now, behind, self.started, self.returning is not None)
         self.started = False
-        if hearing.began and self.returning is None:
-            self.returning = hearing.since
+        if hearing.began and self.returning is None and hearing.since is not None:
+            self.returning = readiness.Return(hearing.since)
 
 
-def _back(began: datetime, now: datetime) -> bool:
-    """Whether the fleet is back from the return that began then (logged)."""
-    unheard, total, back = readiness.returned(began, now)
+def _back(ret: readiness.Return, now: datetime) -> bool:
+    """Whether the fleet is back from that return (logged)."""
+    unheard, total, back = readiness.returned(ret, now)
     if back and total:
-        took = (now - began).total_seconds()
+        took = (now - ret.began).total_seconds()
         if unheard:
             log.warning(
                 "%d of %d nodes heard in the %.0f s since the control plane could hear again; "

@@ -43,10 +43,12 @@ after every process of bench-fleet's 5,000-node layout was restarted on
 and 229 nodes that never stopped were marked and 8 replicas moved. So
 the web process whose start or gap began the stretch keeps writing new
 ones (`returning`) while fewer than RETURNED of the nodes Ready before
-have been heard since, for at most RETURN_GRACES graces: a node that
-really died meanwhile is still marked, a grace after the rest are back
-or after that bound. Only the process that began a return extends it,
-so two processes cannot keep each other's going.
+have been heard since, for at most RETURN_GRACES graces, and only while
+they keep coming back: once no node has come back for a heartbeat
+interval (every live agent beats or retries within one), the rest are
+silent for themselves. A node that really died meanwhile is still
+marked, a grace after the return ends. Only the process that began a
+return extends it, so two processes cannot keep each other's going.
 
 Where no web process ever wrote the row (a server without the ASGI
 lifespan, the tests' own clients) nothing is known of outages, and
@@ -89,6 +91,13 @@ BEHIND_S = 5.0
 # over, and the most graces a return may last.
 RETURNED = 0.9
 RETURN_GRACES = 3
+# A return is over once no node has come back for the longest heartbeat
+# interval in use, and never sooner than this: an agent that cannot reach
+# the control plane retries at least this often (llmgw_agent's
+# RETRY_CAP_S). Without it, 4 nodes of 10 powered off just before a slow
+# tick left the other 6 a return that could never reach RETURNED, and the
+# dead were marked three graces late.
+QUIET_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -248,17 +257,32 @@ def heard(
     return Hearing(row.since, row.heard_at, began)
 
 
-def returned(began: datetime, now: datetime) -> tuple[int, int, bool]:
+@dataclass
+class Return:
+    """A return one process began, as its ticks follow it: when it began,
+    and the count of nodes not heard since at the last fall of that count."""
+
+    began: datetime
+    unheard: int | None = None
+    fell_at: datetime | None = None
+
+
+def returned(ret: Return, now: datetime) -> tuple[int, int, bool]:
     """Of the nodes Ready on record, how many have not been heard since
-    `began` and how many there are, and whether the return that began
-    then is over: RETURNED of them heard, or RETURN_GRACES graces passed."""
+    the return began and how many there are, and whether it is over:
+    RETURNED of them heard, none come back for a heartbeat interval (and
+    QUIET_S), or RETURN_GRACES graces passed."""
     counts = Node.objects.filter(state=NodeState.READY).aggregate(
-        unheard=Count("pk", filter=Q(last_heartbeat_at__lt=began)),
+        unheard=Count("pk", filter=Q(last_heartbeat_at__lt=ret.began)),
         total=Count("pk"),
         longest=Max("heartbeat_interval_s"),
     )
     unheard, total = counts["unheard"], counts["total"]
     if not total:
         return 0, 0, True
-    bounded = now - began >= RETURN_GRACES * grace(counts["longest"])
-    return unheard, total, bounded or total - unheard >= RETURNED * total
+    if ret.unheard is None or unheard < ret.unheard:
+        ret.unheard, ret.fell_at = unheard, now
+    assert ret.fell_at is not None
+    quiet = (now - ret.fell_at).total_seconds() >= max(QUIET_S, counts["longest"])
+    bounded = now - ret.began >= RETURN_GRACES * grace(counts["longest"])
+    return unheard, total, quiet or bounded or total - unheard >= RETURNED * total

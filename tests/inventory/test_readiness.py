@@ -254,62 +254,90 @@ def _ticks(ear: listening.Ear, start: float, end: float) -> None:
         at += readiness.TICK_S
 
 
+def _beat(names: tuple[str, ...] | list[str], at: float) -> None:
+    for name in names:
+        heartbeats.heartbeat(Node.objects.get(name=name), heartbeat(name), now=s(at))
+
+
+def _return(
+    ear: listening.Ear, names: tuple[str, ...], every_s: float, until: float, end: float
+) -> tuple[float, list[str]]:
+    """A web process started at 26 s. From 28 s, one more node comes back
+    every `every_s` until `until` (those back beat every tick), ticking
+    until `end` or the first node marked: that tick's time, and who."""
+    _ticks(ear, 26, 26)
+    coming, back = iter(names), []
+    t, due = 28.0, 28.0 + every_s
+    while t <= end:
+        ear.tick(s(t), 0.0)
+        if t >= due and t <= until and (name := next(coming, None)) is not None:
+            back.append(name)
+            due += every_s
+        _beat(back, t)
+        marked = services.mark_missed_heartbeats(s(t))
+        if marked:
+            return t, sorted(marked)
+        t += readiness.TICK_S
+    return t, []
+
+
 @pytest.mark.django_db
 def test_a_returning_fleet_has_its_grace_until_it_is_back(
     make_node: Any, agent_client: Any
 ) -> None:
     """Every process restarted: the agents come back as they retry, and
-    the last can take longer than a grace. Until RETURNED of the fleet is
-    heard again, no node is marked; then the one that really died is, a
-    grace later."""
+    the last can take longer than a grace. While they keep coming, until
+    RETURNED of the fleet is heard again, no node is marked; then the one
+    that really died is, a grace later."""
     names = tuple(f"n{i}" for i in range(10))
     _fleet(make_node, agent_client, names, s(0))
     _heard(s(0), s(24))
-    ear = listening.Ear()  # a web process starts at 26 s
-    _ticks(ear, 26, 40)
-    for name in names[:5]:  # half the fleet heard again by 40 s
-        heartbeats.heartbeat(Node.objects.get(name=name), heartbeat(name), now=s(40))
-    for t in range(42, 70, 2):
-        ear.tick(s(t), 0.0)
-        assert services.mark_missed_heartbeats(s(t)) == [], f"marked at {t} s"
-    for name in names[5:9]:  # nine of ten back at 70 s, 44 s after the start
-        heartbeats.heartbeat(Node.objects.get(name=name), heartbeat(name), now=s(70))
-    _ticks(ear, 70, 74)
+    ear = listening.Ear()
+    # Nine back, one every 4 s: the ninth at 64 s, 38 s after the start.
+    t, marked = _return(ear, names[:9], 4, 64, 68)
+    assert (t, marked) == (70, []), "marked while the fleet was coming back"
     assert ear.returning is None, "the fleet is back"
-    for t in range(74, 100, 2):
+    names_back = list(names[:9])
+    while not marked:
         ear.tick(s(t), 0.0)
-        for name in names[:9]:
-            heartbeats.heartbeat(Node.objects.get(name=name), heartbeat(name), now=s(t))
-        assert services.mark_missed_heartbeats(s(t)) == [], f"marked at {t} s"
-    _ticks(ear, 100, 104)
-    assert services.mark_missed_heartbeats(s(104)) == ["n9"]
+        _beat(names_back, t)
+        marked = services.mark_missed_heartbeats(s(t))
+        t += readiness.TICK_S
+    assert marked == ["n9"]
+    assert 66 + GRACE.total_seconds() <= t - readiness.TICK_S <= 66 + GRACE.total_seconds() + 6
+
+
+@pytest.mark.django_db
+def test_a_return_is_over_once_no_node_comes_back(make_node: Any, agent_client: Any) -> None:
+    """Four of ten lost power with the restart: the six come back at once,
+    and once no other has for QUIET_S, the four are marked a grace later,
+    not after RETURN_GRACES graces."""
+    names = tuple(f"n{i}" for i in range(10))
+    _fleet(make_node, agent_client, names, s(0))
+    _heard(s(0), s(24))
+    ear = listening.Ear()
+    t, marked = _return(ear, names[:6], 2, 40, 200)
+    assert marked == ["n6", "n7", "n8", "n9"]
+    # The sixth back at 40 s; quiet from then on.
+    last_stretch = 40 + readiness.QUIET_S
+    assert last_stretch + GRACE.total_seconds() <= t <= last_stretch + GRACE.total_seconds() + 6
 
 
 @pytest.mark.django_db
 def test_a_return_ends_after_its_bound_however_few_came_back(
     make_node: Any, agent_client: Any
 ) -> None:
-    """Half the fleet died with the control plane: the return lasts
-    RETURN_GRACES graces, then the silent half is marked a grace later."""
-    names = tuple(f"n{i}" for i in range(4))
+    """Nodes keep coming back, too slowly ever to make RETURNED of the
+    fleet: the return lasts RETURN_GRACES graces, then the rest are marked
+    a grace later."""
+    names = tuple(f"n{i}" for i in range(20))
     _fleet(make_node, agent_client, names, s(0))
     _heard(s(0), s(24))
     ear = listening.Ear()
-    _ticks(ear, 26, 26)
     bound = 26 + readiness.RETURN_GRACES * GRACE.total_seconds()  # 116 s
-    t = 28.0
-    marked: list[str] = []
-    while not marked:
-        ear.tick(s(t), 0.0)
-        for name in names[:2]:
-            heartbeats.heartbeat(Node.objects.get(name=name), heartbeat(name), now=s(t))
-        marked = services.mark_missed_heartbeats(s(t))
-        if t < bound:
-            assert not marked, f"marked at {t} s"
-        t += readiness.TICK_S
+    # One every 8 s, inside QUIET_S: eleven back by the bound.
+    t, marked = _return(ear, names, 8, bound, 300)
     assert ear.returning is None
-    assert sorted(marked) == ["n2", "n3"]
+    assert marked == sorted(names[11:])
     # A grace after the return's last stretch, which began at its bound.
-    assert (
-        bound + GRACE.total_seconds() <= t - readiness.TICK_S <= bound + GRACE.total_seconds() + 6
-    )
+    assert bound + GRACE.total_seconds() <= t <= bound + GRACE.total_seconds() + 6
