@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import aiohttp
 from django.conf import settings
-from django.db import connection
-from llmgw_agent.client import read_credential, write_credential
+from django.db import DatabaseError, connection
+from llmgw_agent.client import Backoff, read_credential, write_credential
 
 from llmgw.inventory import services
 from llmgw.inventory.models import Node
@@ -73,14 +74,30 @@ def _identities(fleet: list[SimNode]) -> list[tuple[str, str] | None]:
         connection.close()  # this thread's own, which ends with it
 
 
-async def join_fleet(swarm: Swarm, fleet: list[SimNode]) -> list[Member]:
+def _identities_retried(fleet: list[SimNode], retry: bool) -> list[tuple[str, str] | None]:
+    """_identities, tried again as an agent retries while the database
+    does not answer: a fleet started while PostgreSQL was away (or too
+    slow to hand out a connection) would otherwise exit and never come back."""
+    backoff = Backoff()
+    while True:
+        try:
+            return _identities(fleet)
+        except DatabaseError as exc:
+            if not retry:
+                raise
+            delay = backoff.next()
+            log.warning("could not read the inventory (%s); retrying in %.1f s", exc, delay)
+            time.sleep(delay)
+
+
+async def join_fleet(swarm: Swarm, fleet: list[SimNode], retry: bool = True) -> list[Member]:
     """Each node's credential: kept from the last run, or joined for now,
     several joins at once. The database work runs in one thread of its own,
-    off the event loop."""
+    off the event loop; `retry`: while the database cannot be read."""
     loop = asyncio.get_running_loop()
     members: list[Member] = []
     with ThreadPoolExecutor(1, thread_name_prefix="simulate-db") as db:
-        identities = await loop.run_in_executor(db, _identities, fleet)
+        identities = await loop.run_in_executor(db, _identities_retried, fleet, retry)
     joining = asyncio.Semaphore(16)
 
     async def member(sim: SimNode, kind: str, value: str) -> None:
@@ -169,7 +186,7 @@ def run(
             for sim in fleet:
                 sim.serving = serve.life(sim.name)
         async with swarm:
-            swarm.members = await join_fleet(swarm, fleet)
+            swarm.members = await join_fleet(swarm, fleet, retry=not once)
             log.info(
                 "simulating %d nodes against %s every %.0f s", len(swarm.members), server, interval
             )
