@@ -68,6 +68,7 @@ class Cluster:
         self.webs: list[subprocess.Popen[bytes] | None] = [None, None]
         self.workers: list[subprocess.Popen[bytes] | None] = [None, None]
         self.fleets: dict[str, subprocess.Popen[bytes]] = {}
+        self.fleet_sizes: dict[str, tuple[int, float]] = {}
         self.token = self.gateway_key = ""
         self.starts = 0
 
@@ -99,6 +100,31 @@ class Cluster:
     def start_agent(self, name: str) -> None:
         self.starts += 1
         self.agents[name].start(self.env, self.logs / f"agent-{name}.log")
+
+    def restore(self) -> bool:
+        """Start again whatever process of the layout is not running (True
+        if any was not): a scenario that failed before it brought back what
+        it killed must not fail every scenario after it (one did: nine
+        failed on its fleet)."""
+        self.pg.resume_if_hung()
+        down = 0
+        for i, proc in enumerate(self.webs):
+            if proc is None or proc.poll() is not None:
+                down += 1
+                self.start_web(i)
+        for i, proc in enumerate(self.workers):
+            if proc is None or proc.poll() is not None:
+                down += 1
+                self.start_worker(i)
+        for prefix, proc in list(self.fleets.items()):
+            if proc.poll() is not None:
+                down += 1
+                self.start_fleet(prefix, *self.fleet_sizes[prefix])
+        for name, agent in self.agents.items():
+            if agent.proc is None or agent.proc.poll() is not None:
+                down += 1
+                self.start_agent(name)
+        return down > 0
 
     def apply(self, catalog: str) -> None:
         """`llmgw catalog apply`, as an operator changes what is held."""
@@ -135,6 +161,7 @@ class Cluster:
     def start_fleet(self, prefix: str, nodes: int, interval_s: float = 10.0) -> None:
         """`nodes` simulated agents in one process: killing it is their
         nodes' power going out together."""
+        self.fleet_sizes[prefix] = (nodes, interval_s)
         self.fleets[prefix] = self._spawn(
             f"fleet-{prefix}",
             [str(BIN / "llmgw"), "simulate", "--server", ",".join(self.urls), "--nodes",
@@ -292,7 +319,26 @@ class Cluster:
             except psycopg.OperationalError as exc:
                 last = exc
             time.sleep(1)
-        raise AssertionError(f"not settled after {timeout_s} s: {last}")
+        raise AssertionError(f"not settled after {timeout_s} s: {last}\n{self.unready()}")
+
+    def unready(self) -> str:
+        """The nodes not Ready and the last lines of the logs that say why
+        (the fleets', the web processes'): what a failed settle reports,
+        since CI keeps nothing else of the layout."""
+        try:
+            rows = self.sql(
+                "SELECT name, state, last_heartbeat_at, registered_at, revoked_at"
+                " FROM inventory_node WHERE state <> 'Ready' ORDER BY name"
+            )
+            lines = [f"not Ready: {row}" for row in rows]
+        except psycopg.Error as exc:
+            lines = [f"nodes not read: {exc}"]
+        logs = [p for p in sorted(self.logs.glob("*.log")) if p.name.startswith(("fleet", "web"))]
+        for path in [*logs, self.pg.root / "postgres.log"]:
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-15:]
+                lines += [f"--- {path.name}"] + tail
+        return "\n".join(lines)
 
     def replicas_on(self, prefix: str) -> int:
         return self.sql(

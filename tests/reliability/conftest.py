@@ -64,3 +64,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield layout
     finally:
         layout.close()
+
+
+@pytest.fixture(autouse=True)
+def _brought_back(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each scenario, whatever it left down is started again, passed
+    or failed: its failure is its own, not the next scenario's."""
+    yield
+    layout = request.node.funcargs.get("cluster")  # None: it never started
+    if isinstance(layout, Cluster) and layout.restore():
+        layout.settle(NODES, 180)
