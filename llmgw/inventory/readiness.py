@@ -260,7 +260,8 @@ def heard(
 @dataclass
 class Return:
     """A return one process began, as its ticks follow it: when it began,
-    and the count of nodes not heard since at the last fall of that count."""
+    the fewest nodes not heard since, and when that count last fell (None:
+    no node has come back yet)."""
 
     began: datetime
     unheard: int | None = None
@@ -280,9 +281,15 @@ def returned(ret: Return, now: datetime) -> tuple[int, int, bool]:
     unheard, total = counts["unheard"], counts["total"]
     if not total:
         return 0, 0, True
-    if ret.unheard is None or unheard < ret.unheard:
-        ret.unheard, ret.fell_at = unheard, now
-    assert ret.fell_at is not None
-    quiet = (now - ret.fell_at).total_seconds() >= max(QUIET_S, counts["longest"])
+    # Quiet counts from the last node to come back, and only once one has:
+    # restarted processes busy starting (a cold read of the whole fleet
+    # takes seconds at 5,000 nodes) hear no one at first, and that is not
+    # a fleet that stopped coming back.
+    before = total if ret.unheard is None else ret.unheard
+    if unheard < before:
+        ret.fell_at = now
+    ret.unheard = min(unheard, before)
+    wait_s = max(QUIET_S, counts["longest"])
+    quiet = ret.fell_at is not None and (now - ret.fell_at).total_seconds() >= wait_s
     bounded = now - ret.began >= RETURN_GRACES * grace(counts["longest"])
     return unheard, total, quiet or bounded or total - unheard >= RETURNED * total

@@ -324,6 +324,26 @@ def test_a_return_is_over_once_no_node_comes_back(make_node: Any, agent_client: 
 
 
 @pytest.mark.django_db
+def test_a_slow_start_is_not_a_quiet_return(make_node: Any, agent_client: Any) -> None:
+    """Restarted processes can take a while to answer anyone: until a first
+    node is heard again, no quiet ends the return. Here none is until 70 s,
+    44 s after the start, and then every one comes back unmarked."""
+    names = tuple(f"n{i}" for i in range(10))
+    _fleet(make_node, agent_client, names, s(0))
+    _heard(s(0), s(24))
+    ear = listening.Ear()
+    _ticks(ear, 26, 26)
+    for t in range(28, 70, 2):
+        ear.tick(s(t), 0.0)
+        assert services.mark_missed_heartbeats(s(t)) == [], f"marked at {t} s"
+    for t in range(70, 112, 2):
+        ear.tick(s(t), 0.0)
+        _beat(names, t)
+        assert services.mark_missed_heartbeats(s(t)) == [], f"marked at {t} s"
+    assert ear.returning is None, "the fleet is back"
+
+
+@pytest.mark.django_db
 def test_a_return_ends_after_its_bound_however_few_came_back(
     make_node: Any, agent_client: Any
 ) -> None:
