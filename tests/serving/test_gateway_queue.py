@@ -65,7 +65,9 @@ def test_queued_requests_go_out_in_arrival_order_when_a_replica_is_ready(gateway
     answers = [f.result(timeout=10) for f in sent]
     assert [r.status_code for r in answers] == [200, 200, 200]
     assert [b["messages"][0]["content"] for b in a.bodies] == ["r0", "r1", "r2"]
-    assert flow.waiting("lazy") == 0 and flow.admitted["lazy"] == 0
+    # A request's place is given back once its answer is sent, which the
+    # client may read first: a busy machine saw admitted 1 here.
+    until(lambda: flow.waiting("lazy") == 0 and flow.admitted["lazy"] == 0, 5)
 
 
 def test_a_request_waits_while_every_replica_is_at_its_limit(gateway_server, engines):
