@@ -3,9 +3,10 @@ sees it: a request that cannot reach one web process is sent to the other
 (a connection refused is what a balancer's health check reads), and only an
 answer that is not 200, or no answer from either, is an error.
 
-A GET whose connection the web process closed before answering is sent to
-the other one too, as nginx (`proxy_next_upstream error`) and HAProxy
-(`retry-on empty-response`) send an idempotent request again. A web process
+A GET whose connection the web process closed (or reset) before answering
+is sent to the other one too, as nginx (`proxy_next_upstream error`) and
+HAProxy (`retry-on empty-response conn-failure`) send an idempotent
+request again. A web process
 stopping cleanly closes its idle keep-alive connections, and a request can
 cross that close on the wire; a completion (a POST) is never sent twice."""
 
@@ -45,6 +46,7 @@ class Load:
     samples: list[Sample] = field(default_factory=list)
     failovers: int = 0
     retried: int = 0  # GETs sent again after a close without an answer
+    cuts: Counter[str] = field(default_factory=Counter)  # what each CUT was
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -82,13 +84,20 @@ class Load:
                 return http.get(url + PATH).status_code
             except httpx.ConnectError:
                 self.failovers += 1
-            except httpx.RemoteProtocolError:
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+                # The connection closed (or reset: a close that crossed data
+                # on the wire) before an answer: sent again to the other, as
+                # a balancer sends an idempotent request again on an error.
                 if self.gateway:
-                    return CUT
+                    return self._cut(exc)
                 self.retried += 1
-            except httpx.HTTPError:
-                return CUT
+            except httpx.HTTPError as exc:
+                return self._cut(exc)
         return 0
+
+    def _cut(self, exc: httpx.HTTPError) -> int:
+        self.cuts[f"{type(exc).__name__}: {exc}"] += 1
+        return CUT
 
     def cut(self) -> int:
         return sum(1 for s in self.samples if s.status == CUT)

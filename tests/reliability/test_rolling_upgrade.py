@@ -132,4 +132,4 @@ def test_rolling_upgrade_then_all_at_once(cluster: Cluster) -> None:
     # the staleness pass at once, not after the lease runs out as from a
     # killed one.
     assert schedule_gap_s < LEASE_S, schedule_gap_s
-    assert not errors, load.errors()
+    assert not errors, (load.errors(), load.cuts)
