@@ -44,7 +44,7 @@ and 229 nodes that never stopped were marked and 8 replicas moved. So
 the web process whose start or gap began the stretch keeps writing new
 ones (`returning`) while fewer than RETURNED of the nodes Ready before
 have been heard since, for at most RETURN_GRACES graces, and only while
-they keep coming back: once no node has come back for a heartbeat
+they keep coming back: once some have and then none has for a heartbeat
 interval (every live agent beats or retries within one), the rest are
 silent for themselves. A node that really died meanwhile is still
 marked, a grace after the return ends. Only the process that began a
@@ -91,8 +91,8 @@ BEHIND_S = 5.0
 # over, and the most graces a return may last.
 RETURNED = 0.9
 RETURN_GRACES = 3
-# A return is over once no node has come back for the longest heartbeat
-# interval in use, and never sooner than this: an agent that cannot reach
+# A return is over once nodes have begun coming back and none has for the
+# longest heartbeat interval in use, and never sooner than this: an agent that cannot reach
 # the control plane retries at least this often (llmgw_agent's
 # RETRY_CAP_S). Without it, 4 nodes of 10 powered off just before a slow
 # tick left the other 6 a return that could never reach RETURNED, and the

@@ -323,8 +323,8 @@ class Cluster:
 
     def unready(self) -> str:
         """The nodes not Ready and the last lines of the logs that say why
-        (the fleets', the web processes'): what a failed settle reports,
-        since CI keeps nothing else of the layout."""
+        (the fleets', the web processes', PostgreSQL's): what a failed
+        settle reports, since CI keeps nothing else of the layout."""
         try:
             rows = self.sql(
                 "SELECT name, state, last_heartbeat_at, registered_at, revoked_at"
