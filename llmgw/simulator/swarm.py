@@ -68,6 +68,20 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(main)
 
 
+def step_timeout() -> aiohttp.ClientTimeout:
+    """The agent's own (httpx, TIMEOUT_S): a connect, or a wait for the
+    answer's next bytes, held up longer sends the request to the next web
+    process. Counted per step on the connection, as an agent counts it,
+    and not from the call: a whole-call limit also counted the wait for
+    one of the shared pool's connections, which no agent has. After an
+    outage 5,000 nodes queue for the pool's 256, and that limit gave up on
+    3,610 heartbeats that a real fleet would have sent (each node then
+    waited its retry, the tail of the return)."""
+    return aiohttp.ClientTimeout(
+        total=None, connect=None, sock_connect=TIMEOUT_S, sock_read=TIMEOUT_S
+    )
+
+
 class Unavailable(Exception):
     """No web process answered (refused, timed out, or 5xx from each)."""
 
@@ -159,13 +173,7 @@ class Swarm:
 
     async def __aenter__(self) -> Swarm:
         connector = aiohttp.TCPConnector(limit=self.connections, ttl_dns_cache=None)
-        # The agent's own: a request held up longer (waiting for one of the
-        # shared pool's connections included) goes to the next web process.
-        # At 30 s a heartbeat held up by a web process stopping could wait
-        # out most of its node's grace before it was sent to the next; an
-        # agent gives up on it after 10 s.
-        timeout = aiohttp.ClientTimeout(total=TIMEOUT_S, sock_connect=TIMEOUT_S)
-        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=step_timeout())
         if self.streams:
             self.stream_session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
