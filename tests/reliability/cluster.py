@@ -45,6 +45,11 @@ for name in {nodes!r}:
 """
 
 
+def ended(proc: subprocess.Popen[bytes] | None) -> bool:
+    """Never started, or started and exited."""
+    return proc is None or proc.poll() is not None
+
+
 class Cluster:
     def __init__(self, root: Path, catalog: str, **env: str) -> None:
         self.root = root
@@ -109,19 +114,19 @@ class Cluster:
         self.pg.resume_if_hung()
         down = 0
         for i, proc in enumerate(self.webs):
-            if proc is None or proc.poll() is not None:
+            if ended(proc):
                 down += 1
                 self.start_web(i)
         for i, proc in enumerate(self.workers):
-            if proc is None or proc.poll() is not None:
+            if ended(proc):
                 down += 1
                 self.start_worker(i)
         for prefix, proc in list(self.fleets.items()):
-            if proc.poll() is not None:
+            if ended(proc):
                 down += 1
                 self.start_fleet(prefix, *self.fleet_sizes[prefix])
         for name, agent in self.agents.items():
-            if agent.proc is None or agent.proc.poll() is not None:
+            if ended(agent.proc):
                 down += 1
                 self.start_agent(name)
         return down > 0
@@ -171,7 +176,7 @@ class Cluster:
     @staticmethod
     def kill(proc: subprocess.Popen[bytes] | None) -> None:
         """SIGKILL to the process and every child it started (Celery's pool)."""
-        if proc is None or proc.poll() is not None:
+        if proc is None or ended(proc):
             return
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -184,20 +189,20 @@ class Cluster:
         """SIGTERM to the process alone, as `docker compose stop` sends its
         container's first process, then SIGKILL to whatever of its group
         is left after grace_s. True if it had ended by itself."""
-        if proc is None or proc.poll() is not None:
+        if proc is None or ended(proc):
             return True
         proc.terminate()
         try:
             proc.wait(grace_s)
-            ended = True
+            by_itself = True
         except subprocess.TimeoutExpired:
-            ended = False
+            by_itself = False
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         proc.wait(30)
-        return ended
+        return by_itself
 
     def close(self) -> None:
         for agent in self.agents.values():
