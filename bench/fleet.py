@@ -23,6 +23,10 @@ model dying at once while a client sends through the gateway. The rack is
 its own `llmgw simulate` process, started first so the held model is placed
 on it alone; --no-events leaves all three out.
 
+The hall every simulated node is in keeps a power cap sized for the
+fleet, so every placement pays the database's power check; --uncapped
+takes the cap out, to see what that check costs.
+
 `--short` (20 nodes, a few seconds of each load) measures nothing worth
 quoting. Either form exits non-zero when a figure could not be measured,
 a heartbeat or a placement failed, or no placement was committed.
@@ -120,9 +124,11 @@ FIGURES = [
 ]
 
 
-def catalog(rack_replicas: int) -> str:
+def catalog(rack_replicas: int, capped: bool = True) -> str:
     """deploy/server.example.yaml, and the rack's held model: one H100 a
-    replica, as MODEL's GPU profile."""
+    replica, as MODEL's GPU profile. `capped`: the hall keeps a power cap
+    (sized for the fleet), so every placement pays the database's power
+    check; without, the hall has none."""
     data = yaml.safe_load((ROOT / "deploy" / "server.example.yaml").read_text())
     [gpu] = [
         p for m in data["models"] if m["name"] == MODEL for p in m["profiles"] if p["name"] == "gpu"
@@ -137,6 +143,8 @@ def catalog(rack_replicas: int) -> str:
     # first few hundred, and it measured refusals (each judging every node)
     # instead of placements. A hall of this size is budgeted so.
     data["facility"]["budgets"]["room=hall1"] = HALL_W
+    if not capped:
+        del data["facility"]["budgets"]["room=hall1"]
     return yaml.safe_dump(data, sort_keys=False)
 
 
@@ -295,6 +303,10 @@ def main() -> int:
     parser.add_argument("--rack-nodes", type=int, default=40, help="nodes of the rack that fails")
     parser.add_argument("--rack-replicas", type=int, default=100, help="replicas held on it")
     parser.add_argument("--short", action="store_true", help="20 nodes, seconds of load")
+    parser.add_argument(
+        "--uncapped", action="store_true",
+        help="no power cap on the hall (placements skip the power check)",
+    )  # fmt: skip
     args = parser.parse_args()
     args.beats_s = 10.0
     if args.short:
@@ -315,7 +327,11 @@ def main() -> int:
     faults: list[str] = []
     failure = ""
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-fleet-") as tmp:
-        layout = Layout(Path(tmp), catalog(args.rack_replicas if args.events else 0), args.webs)
+        layout = Layout(
+            Path(tmp),
+            catalog(args.rack_replicas if args.events else 0, not args.uncapped),
+            args.webs,
+        )
         try:
             print(
                 f"starting PostgreSQL, Redis, {args.webs} web processes and 2 workers ...",
