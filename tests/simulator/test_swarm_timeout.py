@@ -14,6 +14,8 @@ from llmgw.simulator import swarm
 from llmgw.simulator.fleet import make_fleet
 
 PATH = "/api/agent/v1/heartbeat"
+# A web server of its own, on a local port.
+pytestmark = pytest.mark.server
 
 
 async def _posts(answer_after_s: float, calls: int) -> list[str]:
