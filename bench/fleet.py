@@ -142,9 +142,11 @@ def catalog(rack_replicas: int, capped: bool = True) -> str:
     # cap the benchmark's placements were refused for power after the
     # first few hundred, and it measured refusals (each judging every node)
     # instead of placements. A hall of this size is budgeted so.
-    data["facility"]["budgets"]["room=hall1"] = HALL_W
-    if not capped:
-        del data["facility"]["budgets"]["room=hall1"]
+    budgets = data["facility"]["budgets"]
+    if capped:
+        budgets["room=hall1"] = HALL_W
+    else:
+        del budgets["room=hall1"]
     return yaml.safe_dump(data, sort_keys=False)
 
 
