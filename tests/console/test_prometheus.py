@@ -123,6 +123,10 @@ def test_a_held_fault_keeps_its_alert_and_a_card_gone_quiet_raises_one(
         if (g.get("remapped_rows") or {}).get("pending")
     ]
     dropped: set[int] = set()
+    # When each report was answered, by the wall clock the server judges
+    # staleness by: a gap longer than the window means the card really was
+    # silent that long, so a resolve then is correct.
+    answered = [time.time()]
 
     def report() -> None:
         # A minute of agent time per beat: each one brings the minute's wear
@@ -133,6 +137,10 @@ def test_a_held_fault_keeps_its_alert_and_a_card_gone_quiet_raises_one(
         ):
             clock.t += 50
             assert agent.post("heartbeat", beat(name, roots, clock, **kw)).status_code == 200
+            answered.append(time.time())
+
+    def silent_since(start: int) -> float:
+        return max(b - a for a, b in zip(answered[start:], answered[start + 1 :], strict=False))
 
     def report_until(found, seconds: float, what: str):
         deadline = time.monotonic() + seconds
@@ -144,16 +152,23 @@ def test_a_held_fault_keeps_its_alert_and_a_card_gone_quiet_raises_one(
         raise AssertionError(f"Prometheus never showed {what}")
 
     remap = ("a100-1", pending)
-    first = report_until(
-        lambda: firing(prometheus, "GpuRowRemapPendingOrFailed").get(remap),
-        60,
-        "the pending row remap alert",
-    )
-    held_until = time.monotonic() + 3 * window
-    while time.monotonic() < held_until:
-        report()
-        time.sleep(0.5)
-    now = firing(prometheus, "GpuRowRemapPendingOrFailed").get(remap)
+    for _ in range(3):
+        start = len(answered) - 1
+        first = report_until(
+            lambda: firing(prometheus, "GpuRowRemapPendingOrFailed").get(remap),
+            60,
+            "the pending row remap alert",
+        )
+        held_until = time.monotonic() + 3 * window
+        while time.monotonic() < held_until:
+            report()
+            time.sleep(0.5)
+        now = firing(prometheus, "GpuRowRemapPendingOrFailed").get(remap)
+        if silent_since(start) < window:
+            break
+        # The machine stalled this test's reports past the window: hold again.
+    else:
+        raise AssertionError("every hold of the fault had a pause longer than the window")
     # Firing since the first report: it never resolved and fired again.
     assert now is not None, "the alert resolved while the card still reported the fault"
     assert now["activeAt"] == first["activeAt"]
@@ -164,4 +179,6 @@ def test_a_held_fault_keeps_its_alert_and_a_card_gone_quiet_raises_one(
         lambda: firing(prometheus, "GpuWearStale").get(("dgx-1", "5")), 45, "card 5's stale wear"
     )
     assert set(firing(prometheus, "GpuWearStale")) == {("dgx-1", "5")}
-    assert firing(prometheus, "GpuRowRemapPendingOrFailed")[remap]["activeAt"] == first["activeAt"]
+    still = firing(prometheus, "GpuRowRemapPendingOrFailed")[remap]
+    if silent_since(start) < window:
+        assert still["activeAt"] == first["activeAt"]
