@@ -106,8 +106,11 @@
     const tray = ev.target.closest && ev.target.closest("g.tray");
     return tray && tray.dataset.replicas ? tray.dataset.replicas.split(" ") : [];
   }
-  racks.addEventListener("mouseover", (ev) => highlight(pointed(ev)));
-  racks.addEventListener("mouseleave", () => highlight([]));
+  // What the pointer is on, so that a redraw (every change of a node or a
+  // model redraws the racks) keeps it lit while the pointer stays still.
+  let pointing = [];
+  racks.addEventListener("mouseover", (ev) => highlight((pointing = pointed(ev))));
+  racks.addEventListener("mouseleave", () => highlight((pointing = [])));
 
   function reasons(d) {
     const out = d.trays.filter((t) => !t.joined);
@@ -148,6 +151,7 @@
       : "";
     racks.replaceChildren(...(doms.length ? doms.map(domainCard)
       : [el("p", { class: "dim" }, "No multi-node NVLink domain: a single machine's NVSwitch is no domain.")]));
+    highlight(pointing);
     racks.dataset.loaded = String(Number(racks.dataset.loaded || 0) + 1);
   }
 

@@ -57,4 +57,13 @@ def test_trays_name_their_replicas_and_light_each_others(browser):
     assert sorted(t.get_attribute("data-node") for t in page.locator("g.tray.hl").all()) == sorted(
         spans[second]
     )
+    # A redraw (another replica placed redraws the racks) keeps what the
+    # pointer rests on lit, with no move of the pointer to light it again.
+    drawn = page.locator("#racks").get_attribute("data-loaded")
+    in_own_thread(_place)
+    page.wait_for_function(f"document.querySelector('#racks').dataset.loaded !== '{drawn}'")
+    assert sorted(t.get_attribute("data-node") for t in page.locator("g.tray.hl").all()) == sorted(
+        spans[second]
+    )
+    assert page.locator("g.tray.dim").count() == len(domain["trays"]) - 4
     b.shot("nvlink-rack")
