@@ -10,11 +10,13 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from llmgw import holdings
 from llmgw.catalog.models import Profile as ProfileRow
+from llmgw.database import rows
 from llmgw.fabrics.choices import link_up
 from llmgw.fabrics.models import FabricMap, Port
 from llmgw.fabrics.rails import device_number
@@ -188,12 +190,18 @@ class PortFacts(NamedTuple):
         return link_up(self.state, self.phys_state)
 
 
-def port_facts(ports: QuerySet[Port]) -> list[PortFacts]:
-    """These ports (a Port queryset) as PortFacts."""
-    rows = ports.values_list(*PortFacts._fields[:-1], "physical_fabric__identity")
+def port_facts(only: Collection[int] | None) -> list[PortFacts]:
+    """Every node's ports (or only these nodes'), in each node's order."""
+    found = rows.values("placed ports", _ports, "node_id", only)
     return [
-        PortFacts._make((*r[:-1], FabricRef(r[-1]) if r[-2] is not None else None)) for r in rows
+        PortFacts._make((*r[:-1], FabricRef(r[-1]) if r[-2] is not None else None)) for r in found
     ]
+
+
+def _ports() -> QuerySet[Port]:
+    return Port.objects.order_by("node_id", "device", "port").values_list(
+        *PortFacts._fields[:-1], "physical_fabric__identity"
+    )
 
 
 def fabric_view(
@@ -366,11 +374,14 @@ class PlacedCard(NamedTuple):
 
 def placed_cards(only: Collection[int] | None) -> dict[int, list[PlacedCard]]:
     """Every node's cards (or only these nodes'), by node pk, in index order."""
-    gpus = Gpu.objects.all() if only is None else Gpu.objects.filter(node_id__in=list(only))
     out: dict[int, list[PlacedCard]] = defaultdict(list)
-    for row in gpus.order_by("node_id", "index").values_list(*PlacedCard._fields):
+    for row in rows.values("placed cards", _cards, "node_id", only):
         out[row[0]].append(PlacedCard(*row))
     return out
+
+
+def _cards() -> QuerySet[Gpu]:
+    return Gpu.objects.order_by("node_id", "index").values_list(*PlacedCard._fields)
 
 
 def gpu_view(card: CardView | PlacedCard, claimed: set[int], limits: dict[int, float]) -> GpuView:
@@ -422,27 +433,36 @@ FOLLOWED_OTHERWISE = {
 }
 
 
+def read_nodes(only: Collection[int] | None) -> list[Node]:
+    """Every node (or only these), by name, loaded with NODE_READS alone:
+    Node.objects.only(*NODE_READS), composed once for these columns."""
+    # In the model's order, the order Node.from_db takes values in.
+    columns = tuple(f.attname for f in Node._meta.concrete_fields if f.attname in NODE_READS)
+    found = rows.values(
+        ("placed nodes", columns), lambda: Node.objects.values_list(*columns), "id", only
+    )
+    return [Node.from_db(connection.alias, columns, row) for row in found]
+
+
+def _held() -> QuerySet[ModelHolding]:
+    return ModelHolding.objects.order_by().values_list("node_id", "model_name")
+
+
 def node_views(only: Collection[int] | None = None) -> list[NodeView]:
     """Every node's view, or only these nodes' (by pk): what a warm copy of
     the fleet reads again when the database says they changed."""
     now = timezone.now()
     claims = claims_by_node(only)
     claimed = defaultdict(set)
-    mine = Node.objects.all() if only is None else Node.objects.filter(pk__in=list(only))
-    mine = mine.only(*NODE_READS)
     for node_id, index in holdings.reader().claimed_gpus(only):
         claimed[node_id].add(index)
-    nodes = list(mine)
+    nodes = read_nodes(only)
     cards = placed_cards(only)
     holds = defaultdict(set)
-    rows = (
-        ModelHolding.objects.all() if only is None else ModelHolding.objects.filter(node__in=mine)
-    )
-    for node_id, name in rows.values_list("node_id", "model_name"):
+    for node_id, name in rows.values("held weights", _held, "node_id", only):
         holds[node_id].add(name)
     ports: dict[int, list[PortFacts]] = defaultdict(list)
-    in_ports = Port.objects.all() if only is None else Port.objects.filter(node__in=mine)
-    for port in port_facts(in_ports):
+    for port in port_facts(only):
         ports[port.node_id].append(port)
     maps = map_indexes()
     facility = Facility()

@@ -45,9 +45,10 @@ from datetime import datetime
 from typing import Literal, overload
 
 from django.db import connection
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from llmgw.database import prepared
+from llmgw.database import prepared, rows
 from llmgw.inventory import readiness
 from llmgw.inventory.models import Node
 from llmgw.placement import readings
@@ -443,7 +444,7 @@ class WarmFleet:
     def _read(pks: set[int]) -> dict[int, NodeView | None]:
         """These nodes' views as stored now; None for a node gone."""
         fresh = {v.name: v for v in node_views(only=pks)}
-        names = dict(Node.objects.filter(pk__in=pks).values_list("pk", "name"))
+        names = dict(rows.values("node names", _names, "id", pks))
         return {pk: fresh.get(names.get(pk, "")) for pk in pks}
 
     def _index(self) -> None:
@@ -498,3 +499,7 @@ class WarmFleet:
 
 
 FLEET = WarmFleet()
+
+
+def _names() -> QuerySet[Node]:
+    return Node.objects.order_by().values_list("pk", "name")
