@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmgw.catalog import services as catalog
+from llmgw.placement import snapshot
 from llmgw.placement.scheduler import Inventory
 from llmgw.placement.snapshot import node_views, profile_view
 from llmgw.serving import placing
@@ -144,3 +145,18 @@ def test_engine_words_are_kept_per_engine():
         ]
     )
     assert status == {"llama.cpp": "installing: pip …", "sglang": "failed: no GPU"}
+
+
+def test_nvlink_islands_from_the_reported_matrix():
+    # nvidia-smi topo -m as the agent reports it: NV<n> joins two cards,
+    # SYS/PIX or null does not; a card the node does not list is left out.
+    uuids = {f"GPU-{g}": g for g in range(4)}
+    cell = {(0, 1): "NV18", (2, 3): "NV12", (0, 2): "SYS", (1, 3): None}
+    matrix = [
+        ["X" if a == b else cell.get((min(a, b), max(a, b)), "PIX") for b in range(5)]
+        for a in range(5)
+    ]
+    topology = {"gpus": [*uuids, "GPU-unknown"], "matrix": matrix}
+    assert snapshot.nvlink_islands(topology, uuids) == (frozenset({0, 1}), frozenset({2, 3}))
+    assert snapshot.nvlink_islands({"gpus": list(uuids), "matrix": []}, uuids) == ()
+    assert snapshot.nvlink_islands(None, uuids) == ()
