@@ -10,7 +10,8 @@ from typing import Any
 from llmgw.catalog.models import Model
 from llmgw.placement import scheduler
 from llmgw.placement.explaining import attempt_lines, lines
-from llmgw.placement.snapshot import leaf_name, node_views, profile_view
+from llmgw.placement.fabric_maps import leaf_name
+from llmgw.placement.snapshot import node_views, profile_view
 from llmgw.placement.types import Attempts, Decision, Placement, Profile, Shard
 
 

@@ -45,16 +45,15 @@ from datetime import datetime
 from typing import Literal, overload
 
 from django.db import connection
-from django.db.models import QuerySet
 from django.utils import timezone
 
-from llmgw.database import prepared, rows
+from llmgw.database import prepared
 from llmgw.inventory import readiness
 from llmgw.inventory.models import Node
 from llmgw.placement import readings
 from llmgw.placement.claims import apply_to_views
 from llmgw.placement.scheduler import Inventory
-from llmgw.placement.snapshot import node_views
+from llmgw.placement.snapshot import node_views, views_by_pk
 from llmgw.placement.types import READY, Decision, NodeView
 from llmgw.serving import warm_sql
 from llmgw.serving.followed import IDLE_S, KEEP_S
@@ -443,9 +442,7 @@ class WarmFleet:
     @staticmethod
     def _read(pks: set[int]) -> dict[int, NodeView | None]:
         """These nodes' views as stored now; None for a node gone."""
-        fresh = {v.name: v for v in node_views(only=pks)}
-        names = dict(rows.values("node names", _names, "id", pks))
-        return {pk: fresh.get(names.get(pk, "")) for pk in pks}
+        return views_by_pk(pks)
 
     def _index(self) -> None:
         self.inventory = Inventory(self.views[pk] for pk in self.order)
@@ -499,7 +496,3 @@ class WarmFleet:
 
 
 FLEET = WarmFleet()
-
-
-def _names() -> QuerySet[Node]:
-    return Node.objects.order_by().values_list("pk", "name")
