@@ -13,6 +13,9 @@ from tests.reliability.cluster import Cluster
 from tests.reliability.conftest import NODES
 
 GRACE_S, STALENESS_EVERY_S, RECONCILE_EVERY_S = 30.0, 5.0, 10.0
+# Every agent's heartbeat interval here: a node killed was last heard up
+# to one interval before its death, and its grace runs from then.
+INTERVAL_S = 10.0
 # Scheduling and a loaded machine: what a bound may overrun by.
 MARGIN_S = 20.0
 

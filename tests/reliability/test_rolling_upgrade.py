@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import pytest
 
 from llmgw.schedule import LEASE_S
-from tests.reliability.checks import settled_after_grace, spurious
+from tests.reliability.checks import INTERVAL_S, settled_after_grace, spurious
 from tests.reliability.cluster import ROOT, Cluster
 from tests.reliability.figures import FULL, record
 from tests.reliability.load import Load
@@ -28,7 +28,6 @@ from tests.reliability.restarts import Hearing, Operator
 
 pytestmark = pytest.mark.slow
 
-INTERVAL_S = 10.0  # every agent's heartbeat interval here
 # "Heartbeats answered again within 15 s": of when they were due, while
 # processes restart one at a time; of the processes being back, after all
 # of them were killed at once (an agent's retries wait at most 10 s).
