@@ -315,6 +315,17 @@ def _held() -> QuerySet[ModelHolding]:
 def node_views(only: Collection[int] | None = None) -> list[NodeView]:
     """Every node's view, or only these nodes' (by pk): what a warm copy of
     the fleet reads again when the database says they changed."""
+    return [view for _, view in _pk_views(only)]
+
+
+def views_by_pk(pks: Collection[int]) -> dict[int, NodeView | None]:
+    """These nodes' views as stored now, by pk; None for a node gone."""
+    fresh = dict(_pk_views(pks))
+    return {pk: fresh.get(pk) for pk in pks}
+
+
+def _pk_views(only: Collection[int] | None) -> list[tuple[int, NodeView]]:
+    """Each node's pk and view, in node order."""
     now = timezone.now()
     claims = claims_by_node(only)
     claimed = defaultdict(set)
@@ -331,7 +342,7 @@ def node_views(only: Collection[int] | None = None) -> list[NodeView]:
     maps = map_indexes()
     facility = Facility()
     declared = declared_by_node(only)
-    views = []
+    views: list[tuple[int, NodeView]] = []
     for n in nodes:
         where = facility.for_node(n)
         fabrics, fabric_problems = fabric_view(n, ports[n.pk])
@@ -342,46 +353,38 @@ def node_views(only: Collection[int] | None = None) -> list[NodeView]:
             {"name": n.name, "imex": n.imex, "gpus": cards[n.pk]}
         )
         views.append(
-            NodeView(
-                name=n.name,
-                state=inventory.effective_state(n, now),
-                cordoned=n.cordoned,
-                cordon_reason=n.cordon_reason,
-                labels=n.labels,
-                cpus=n.cpus,
-                memory_total_bytes=n.memory_total_bytes,
-                claimed_memory_bytes=claims.memory.get(n.pk, 0),
-                claimed_cores=claims.cores.get(n.pk, 0),
-                models=claims.models.get(n.pk, {}),
-                gpus=tuple(gpu_view(c, claimed[n.pk], where.gpu_limits) for c in cards[n.pk]),
-                fabrics=fabrics,
-                fabric_problems=fabric_problems,
-                fabric_leaves=leaves,
-                degraded_fabrics=degraded,
-                holds_weights=frozenset(holds[n.pk]),
-                nvlink_islands=nvlink_islands(n.gpu_topology, uuids),
-                nvlink_domain=domain,
-                nvlink_problem=problem,
-                engines=engines,
-                # None (an agent too old to say) is not refused for engines.
-                engines_probed=bool(n.engines_probed),
-                engine_status=engine_status,
-                held=where.held,
-                declared_w=declared.get(n.pk),
-                derived_w=where.derived_w,
-                measured_w=where.measured_w,
-                budgets=where.budgets,
+            (
+                n.pk,
+                NodeView(
+                    name=n.name,
+                    state=inventory.effective_state(n, now),
+                    cordoned=n.cordoned,
+                    cordon_reason=n.cordon_reason,
+                    labels=n.labels,
+                    cpus=n.cpus,
+                    memory_total_bytes=n.memory_total_bytes,
+                    claimed_memory_bytes=claims.memory.get(n.pk, 0),
+                    claimed_cores=claims.cores.get(n.pk, 0),
+                    models=claims.models.get(n.pk, {}),
+                    gpus=tuple(gpu_view(c, claimed[n.pk], where.gpu_limits) for c in cards[n.pk]),
+                    fabrics=fabrics,
+                    fabric_problems=fabric_problems,
+                    fabric_leaves=leaves,
+                    degraded_fabrics=degraded,
+                    holds_weights=frozenset(holds[n.pk]),
+                    nvlink_islands=nvlink_islands(n.gpu_topology, uuids),
+                    nvlink_domain=domain,
+                    nvlink_problem=problem,
+                    engines=engines,
+                    # None (an agent too old to say) is not refused for engines.
+                    engines_probed=bool(n.engines_probed),
+                    engine_status=engine_status,
+                    held=where.held,
+                    declared_w=declared.get(n.pk),
+                    derived_w=where.derived_w,
+                    measured_w=where.measured_w,
+                    budgets=where.budgets,
+                ),
             )
         )
     return views
-
-
-def views_by_pk(pks: Collection[int]) -> dict[int, NodeView | None]:
-    """These nodes' views as stored now, by pk; None for a node gone."""
-    fresh = {v.name: v for v in node_views(only=pks)}
-    names = dict(rows.values("node names", _names, "id", pks))
-    return {pk: fresh.get(names.get(pk, "")) for pk in pks}
-
-
-def _names() -> QuerySet[Node]:
-    return Node.objects.order_by().values_list("pk", "name")
