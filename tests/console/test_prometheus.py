@@ -146,8 +146,11 @@ def test_a_held_fault_keeps_its_alert_and_a_card_gone_quiet_raises_one(
             assert agent.post("heartbeat", beat(name, roots, clock, **kw)).status_code == 200
             answered.append(time.time())
 
-    def silent_since(start: int) -> float:
-        return max(b - a for a, b in zip(answered[start:], answered[start + 1 :], strict=False))
+    def undisturbed(start: int, began: float) -> bool:
+        """No gap between reports outgrew the window since report `start`,
+        and no scrape failed since `began`."""
+        gaps = (b - a for a, b in zip(answered[start:], answered[start + 1 :], strict=False))
+        return max(gaps) < window and not missed_scrapes(prometheus, time.time() - began)
 
     def report_until(found, seconds: float, what: str):
         deadline = time.monotonic() + seconds
@@ -171,7 +174,7 @@ def test_a_held_fault_keeps_its_alert_and_a_card_gone_quiet_raises_one(
             report()
             time.sleep(0.5)
         now = firing(prometheus, "GpuRowRemapPendingOrFailed").get(remap)
-        if silent_since(start) < window and not missed_scrapes(prometheus, time.time() - began):
+        if undisturbed(start, began):
             break
         # The machine stalled this test's reports past the window, or one of
         # Prometheus's scrapes (every second here) outlasted its second: a
@@ -190,5 +193,5 @@ def test_a_held_fault_keeps_its_alert_and_a_card_gone_quiet_raises_one(
     )
     assert set(firing(prometheus, "GpuWearStale")) == {("dgx-1", "5")}
     still = firing(prometheus, "GpuRowRemapPendingOrFailed")[remap]
-    if silent_since(start) < window and not missed_scrapes(prometheus, time.time() - began):
+    if undisturbed(start, began):
         assert still["activeAt"] == first["activeAt"]
