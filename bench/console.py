@@ -38,6 +38,7 @@ form; one that raised a script error, or drew nothing, ends it non-zero.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -116,11 +117,22 @@ def setup(data_dir: str) -> dict[str, int]:
     return ids
 
 
-def serve(data_dir: str) -> Server:
+def own_static(folder: str) -> dict[str, str]:
+    """The environment of a server whose static files are collected into
+    `folder`. Not the checkout's staticfiles/: the suite's servers serve that
+    one, and collecting into it while another's whitenoise walks it can take
+    a file from under the walk."""
+    env = {**os.environ, "LLMGW_STATIC_ROOT": folder}
     subprocess.run(
-        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT, check=True
-    )
-    return start_uvicorn(env={**os.environ, "LLMGW_DATA_DIR": data_dir})
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
+        cwd=ROOT, env=env, check=True,
+    )  # fmt: skip
+    return env
+
+
+def serve(data_dir: str) -> Server:
+    env = own_static(str(Path(data_dir) / "static"))
+    return start_uvicorn(env={**env, "LLMGW_DATA_DIR": data_dir})
 
 
 def mark(page, name: str) -> float:
@@ -136,6 +148,7 @@ def main(short: bool = False) -> int:
         from llmgw import embedded_db
 
         embedded_db.stop(Path(data_dir))
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def measure(data_dir: str, short: bool) -> int:
@@ -218,11 +231,9 @@ def cluster(nodes: int, short: bool = False) -> int:
 
     print(f"building {nodes} nodes in PostgreSQL ...", flush=True)
     big_fleet.build(nodes)
-    subprocess.run(
-        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT, check=True
-    )
     rows, pages = [], []
-    with start_uvicorn(env=dict(os.environ)) as server, chromium() as browser:
+    static = tempfile.TemporaryDirectory(prefix="llmgw-bench-static-")
+    with static, start_uvicorn(env=own_static(static.name)) as server, chromium() as browser:
         ctx = browser.new_context(viewport={"width": 1440, "height": 900})
         page, peer_page = ctx.new_page(), ctx.new_page()
         page.bring_to_front()
@@ -357,6 +368,7 @@ if __name__ == "__main__":
     # cluster page's PostgreSQL fleet is measured in a process of its own.
     if os.environ.get("CLUSTER_DATABASE_URL"):
         env = {**os.environ, "DATABASE_URL": os.environ["CLUSTER_DATABASE_URL"]}
+        env.pop("LLMGW_DATA_DIR")  # main's scratch folder, removed
         argv = [sys.executable, __file__, "cluster", *(["--short"] if short else [])]
         code = code or subprocess.run(argv, env=env).returncode
     sys.exit(code)
