@@ -183,6 +183,15 @@ SELECT EXISTS (
 """
 
 
+# A stream's node by name, its credential digest, and whether a command waits.
+STREAM_KEY = f"""
+SELECT n.id, n.credential_hash, EXISTS (
+    SELECT 1 FROM {AgentCommand._meta.db_table} c WHERE c.node_id = n.id AND c.state = %s
+)
+FROM {Node._meta.db_table} n WHERE n.name = %s AND n.revoked_at IS NULL
+"""
+
+
 def _holds_and_waits(node_id: int, credential_hash: str) -> tuple[bool, bool]:
     with connection.cursor() as cursor:
         cursor.execute(HOLDS_AND_WAITS, [node_id, credential_hash, node_id, CommandState.PENDING])

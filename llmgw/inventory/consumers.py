@@ -48,28 +48,30 @@ class AgentStreamConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # 
 
     async def connect(self) -> None:
         pem = node_certificates.client_certificate(self.scope)
-        key: tuple[int, str] | None = None
+        opened: tuple[int, str, bool] | None = None
         if pem is not None:
             # A certificate is the node, as on the agent API; such a stream
             # hears of commands at its poll (the wake-up goes to credentials).
             node, held = await database_sync_to_async(node_certificates.authenticate_stream)(pem)
-            key = None if node is None else (node.pk, held)
+            opened = None if node is None else (node.pk, held, True)
         else:
             credential = agent_request.scope_credential(self.scope)
             if credential is not None:
                 # Its key and digest alone: the stream keeps nothing else.
-                key = await database_sync_to_async(services.authenticate_key)(credential.text)
-        if key is None:
+                opened = await database_sync_to_async(services.authenticate_stream)(credential.text)
+        if opened is None:
             await self.close(code=UNAUTHORIZED)
             return
-        self.node_id, self.held = key
+        self.node_id, self.held, waiting = opened
         self._lock = asyncio.Lock()
-        self.group = commands.group(*key)
+        self.group = commands.group(self.node_id, self.held)
         await groups.join(self.channel_layer, self.group, self.channel_name)
         await self.accept()
-        # Commands queued before it opened go at once; later ones at the
-        # wake-up, or at the process's next poll.
-        self._poller = asyncio.create_task(self._deliver())
+        # Commands queued before it opened go at once. Later ones, and one
+        # queued between the statement above and the group join, go at the
+        # wake-up or at the process's next poll.
+        if waiting:
+            self._poller = asyncio.create_task(self._deliver())
         _watch().add(self)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:

@@ -31,3 +31,17 @@ def test_one_poll_checks_every_stream_in_one_query(make_node):
     for node_id, digest in streams:
         assert ((node_id, digest) in gone) == (not commands.holds(node_id, digest))
     assert Node.objects.count() == 4
+
+
+def test_a_stream_opens_in_one_statement_that_says_what_waits(make_node):
+    """A stream's opening: its node's key and digest, and whether a command
+    waits (then it claims at once; else the wake-up or the poll brings it)."""
+    node, credential = make_node("a")
+    with CaptureQueriesContext(connection) as queries:
+        assert services.authenticate_stream(credential) == (node.pk, node.credential_hash, False)
+    assert len(queries.captured_queries) == 1
+    commands.send(node, "ping")
+    assert services.authenticate_stream(credential) == (node.pk, node.credential_hash, True)
+    assert services.authenticate_stream(credential + "x") is None
+    services.revoke_node("a", "test")
+    assert services.authenticate_stream(credential) is None
