@@ -12,6 +12,7 @@ tiny fleet and the benchmark cannot rot unseen.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import statistics
 import subprocess
@@ -148,13 +149,18 @@ class Reading:
         """What each of `units` cost between this reading and `later`: web
         and worker CPU ms, database CPU ms, Redis commands. `idle`: a span
         of the same processes at rest (a Reading of the differences over a
-        second), taken off first."""
+        second), taken off first. Where that leaves nothing, the work cost
+        less than the rest of the fleet's own varied meanwhile: not
+        measured (NaN, shown "-"), never a cost of zero."""
         wall = later.at - self.at
         out = {}
         for part in ("web", "workers", "database", "redis"):
             spent = getattr(later, part) - getattr(self, part)
             if idle is not None:
                 spent -= getattr(idle, part) * wall
+                if spent <= 0:
+                    out[part] = math.nan
+                    continue
             out[part] = max(0.0, spent) / units * (1 if part == "redis" else 1e3)
         return out
 

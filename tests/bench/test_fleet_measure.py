@@ -84,3 +84,17 @@ def test_the_bench_scrapes_the_shards_production_lists():
     assert targets[2:] == [
         f"http://web{1 + i % 2}:8000/metrics/nodes?shard={i}&of={shards}" for i in range(shards)
     ]
+
+
+def test_a_cost_the_fleets_idle_rate_swallows_is_not_measured():
+    """Unknown is never shown as zero: work that cost less than the fleet's
+    own load varied by meanwhile has no cost to show."""
+    before = measure.Reading(at=0.0, web=10.0, workers=1.0, database=5.0, redis=100.0)
+    after = measure.Reading(at=10.0, web=12.0, workers=1.0, database=5.5, redis=100.0)
+    idle = measure.Reading(at=1.0, web=0.1, workers=0.0, database=0.1, redis=0.0)
+    cost = before.cost(after, 100, idle)
+    assert cost["web"] == pytest.approx(10.0)  # (2 s - 1 s idle) / 100, in ms
+    assert math.isnan(cost["database"])  # 0.5 s spent, 1 s idle: swallowed
+    assert math.isnan(cost["workers"]) and math.isnan(cost["redis"])
+    # Without an idle rate a part that spent nothing did cost nothing.
+    assert before.cost(after, 100)["workers"] == 0.0
