@@ -149,13 +149,20 @@ def due(streams: Iterable[tuple[int, str]]) -> tuple[set[tuple[int, str]], set[i
     return gone, pending
 
 
+def _waits(node: str) -> str:
+    """SQL: whether a command is pending for the node `node` names (a
+    column, or %s for a parameter). Written once for the statements below."""
+    return (
+        f"EXISTS (SELECT 1 FROM {AgentCommand._meta.db_table} c"
+        f" WHERE c.node_id = {node} AND c.state = '{CommandState.PENDING.value}')"
+    )
+
+
 # One statement, its ids one array parameter: the ORM's IN list of a web
 # process's 2,500 streams, built twice a second, was a fifth of the
 # process's time at 5,000 nodes.
 DUE = f"""
-SELECT n.id, n.credential_hash, EXISTS (
-    SELECT 1 FROM {AgentCommand._meta.db_table} c WHERE c.node_id = n.id AND c.state = %s
-)
+SELECT n.id, n.credential_hash, {_waits("n.id")}
 FROM {Node._meta.db_table} n WHERE n.id = ANY(%s) AND n.revoked_at IS NULL
 """
 
@@ -164,39 +171,44 @@ def _current_and_pending(ids: set[int]) -> tuple[dict[int, str], set[int]]:
     """Of these nodes, the credential digest of each not revoked, and those
     with a command pending (a revoked node's do not matter: it is gone)."""
     with connection.cursor() as cursor:
-        cursor.execute(DUE, [CommandState.PENDING, list(ids)])
+        cursor.execute(DUE, [list(ids)])
         rows = cursor.fetchall()
     return {pk: digest for pk, digest, _ in rows}, {pk for pk, _, waits in rows if waits}
 
 
 # holds() for a credential, and whether a command is pending, in one
-# statement: every stream asks as it opens, thousands as a fleet joins,
-# and the two ORM queries cost the web process more than the rest of the
-# opening.
+# statement: a stream asks at every wake-up and poll that finds its node
+# due, and the two ORM queries cost the web process more than the rest.
 HOLDS_AND_WAITS = f"""
 SELECT EXISTS (
     SELECT 1 FROM {Node._meta.db_table} n
     WHERE n.id = %s AND n.credential_hash = %s AND n.revoked_at IS NULL
-), EXISTS (
-    SELECT 1 FROM {AgentCommand._meta.db_table} c WHERE c.node_id = %s AND c.state = %s
-)
-"""
-
-
-# A stream's node by name, its credential digest, and whether a command waits.
-STREAM_KEY = f"""
-SELECT n.id, n.credential_hash, EXISTS (
-    SELECT 1 FROM {AgentCommand._meta.db_table} c WHERE c.node_id = n.id AND c.state = %s
-)
-FROM {Node._meta.db_table} n WHERE n.name = %s AND n.revoked_at IS NULL
+), {_waits("%s")}
 """
 
 
 def _holds_and_waits(node_id: int, credential_hash: str) -> tuple[bool, bool]:
     with connection.cursor() as cursor:
-        cursor.execute(HOLDS_AND_WAITS, [node_id, credential_hash, node_id, CommandState.PENDING])
+        cursor.execute(HOLDS_AND_WAITS, [node_id, credential_hash, node_id])
         holding, waiting = cursor.fetchone()
     return bool(holding), bool(waiting)
+
+
+# A stream's node by name, its credential digest, and whether a command waits.
+STREAM_KEY = f"""
+SELECT n.id, n.credential_hash, {_waits("n.id")}
+FROM {Node._meta.db_table} n WHERE n.name = %s AND n.revoked_at IS NULL
+"""
+
+
+def stream_key(name: str) -> tuple[int, str, bool] | None:
+    """The node named `name`, not revoked: its key, its credential digest,
+    and whether a command waits for it (services.authenticate_stream checks
+    the credential against the digest)."""
+    with connection.cursor() as cursor:
+        cursor.execute(STREAM_KEY, [name])
+        row = cursor.fetchone()
+    return None if row is None else (int(row[0]), str(row[1]), bool(row[2]))
 
 
 def claim(node_id: int, held: str | None = None) -> list[AgentCommand] | None:
@@ -211,7 +223,7 @@ def claim(node_id: int, held: str | None = None) -> list[AgentCommand] | None:
         if not holding:
             return None
         if not waiting:
-            return []  # every stream's opening, and nearly every wake-up
+            return []  # nearly every wake-up
     elif held is not None and not holds(node_id, held):
         return None
     now = timezone.now()

@@ -20,7 +20,7 @@ from llmgw.database import rows
 from llmgw.database.atomic import atomic
 from llmgw.inventory import commands, credentials, gpus, readiness, registering, sections
 from llmgw.inventory.choices import NodeState
-from llmgw.inventory.models import AuditEvent, CommandState, Node, StalenessPass
+from llmgw.inventory.models import AuditEvent, Node, StalenessPass
 
 log = logging.getLogger("llmgw.inventory")
 
@@ -174,12 +174,10 @@ def authenticate_stream(credential: str) -> tuple[int, str, bool] | None:
     if parts is None:
         return None
     name, secret = parts
-    with connection.cursor() as cursor:
-        cursor.execute(commands.STREAM_KEY, [CommandState.PENDING, name])
-        row = cursor.fetchone()
-    if row is None or not credentials.matches(secret, row[1]):
+    key = commands.stream_key(name)
+    if key is None or not credentials.matches(secret, key[1]):
         return None
-    return int(row[0]), str(row[1]), bool(row[2])
+    return key
 
 
 def refuse_impersonation(node: Node, claimed: object, path: str) -> None:
