@@ -315,16 +315,16 @@ def _held() -> QuerySet[ModelHolding]:
 def node_views(only: Collection[int] | None = None) -> list[NodeView]:
     """Every node's view, or only these nodes' (by pk): what a warm copy of
     the fleet reads again when the database says they changed."""
-    return [view for _, view in _pk_views(only)]
+    return [view for _, view in pk_views(only)]
 
 
 def views_by_pk(pks: Collection[int]) -> dict[int, NodeView | None]:
     """These nodes' views as stored now, by pk; None for a node gone."""
-    fresh = dict(_pk_views(pks))
+    fresh = dict(pk_views(pks))
     return {pk: fresh.get(pk) for pk in pks}
 
 
-def _pk_views(only: Collection[int] | None) -> list[tuple[int, NodeView]]:
+def pk_views(only: Collection[int] | None = None) -> list[tuple[int, NodeView]]:
     """Each node's pk and view, in node order."""
     now = timezone.now()
     claims = claims_by_node(only)

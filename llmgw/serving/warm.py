@@ -53,7 +53,7 @@ from llmgw.inventory.models import Node
 from llmgw.placement import readings
 from llmgw.placement.claims import apply_to_views
 from llmgw.placement.scheduler import Inventory
-from llmgw.placement.snapshot import node_views, views_by_pk
+from llmgw.placement.snapshot import node_views, pk_views, views_by_pk
 from llmgw.placement.types import READY, Decision, NodeView
 from llmgw.serving import warm_sql
 from llmgw.serving.followed import IDLE_S, KEEP_S
@@ -381,10 +381,12 @@ class WarmFleet:
 
     def _load_all(self) -> None:
         self.loads += 1
-        self.pk_by_name = dict(Node.objects.values_list("name", "pk"))
-        views = node_views()
-        self.views = {self.pk_by_name[v.name]: v for v in views}
-        self.order = [self.pk_by_name[v.name] for v in views]
+        # Each view with its pk: reading the names again, in a statement of
+        # their own, cost a second round trip over the whole fleet.
+        pairs = pk_views()
+        self.views = dict(pairs)
+        self.order = [pk for pk, _ in pairs]
+        self.pk_by_name = {v.name: pk for pk, v in pairs}
         self.deadlines, self.deadline_of, self.lapsed = [], {}, set()
         self._follow(None)
         self._index()
