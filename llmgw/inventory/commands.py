@@ -154,7 +154,7 @@ def _waits(node: str) -> str:
     column, or %s for a parameter). Written once for the statements below."""
     return (
         f"EXISTS (SELECT 1 FROM {AgentCommand._meta.db_table} c"
-        f" WHERE c.node_id = {node} AND c.state = '{CommandState.PENDING.value}')"
+        f" WHERE c.node_id = {node} AND c.state = '{str(CommandState.PENDING)}')"
     )
 
 
