@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from django.db import transaction
 from django.utils import timezone
 
+from llmgw.database import rows
 from llmgw.inventory.models import Node
 from llmgw.inventory.sections import Section
 from llmgw.serving import tasks
@@ -88,7 +89,11 @@ def store(node: Node, reports: list[dict[str, Any]], now: datetime | None = None
     now = now or timezone.now()
     by_id = {r.get("id"): r for r in reports}
     changed: set[int] = set()
-    for shard in Shard.objects.filter(node=node):
+    # Composed once (llmgw.database.rows): every node's first heartbeat
+    # comes here, nearly always to find no shard at all. In the model's
+    # order, as the ORM read them, so the updates lock rows as before.
+    shards = sorted(rows.read(Shard, node=node.pk), key=lambda s: (s.replica_id, s.rank))
+    for shard in shards:
         report = by_id.get(shard.shard_id)
         fields: dict[str, Any] = {}
         if report is None:
@@ -113,6 +118,8 @@ def store(node: Node, reports: list[dict[str, Any]], now: datetime | None = None
         if fields:
             Shard.objects.filter(pk=shard.pk).update(**fields)
             changed.add(shard.replica_id)
+    if not changed:
+        return changed
     for replica in Replica.objects.filter(pk__in=changed).prefetch_related("shards"):
         state = replica_state([s.state for s in replica.shards.all()])
         if state != replica.state:
