@@ -95,7 +95,15 @@ def record(
         observed.exclude(guid=guid).update(master=False)
         observed.filter(guid=guid).update(master=True)
     derive_managers(sorted(touched))
-    for fabric in PhysicalFabric.objects.filter(pk__in=fabrics):
+    # The fabrics this report named are loaded already; only one it no
+    # longer names is read (a queryset composed anew for each report was
+    # a tenth of a joining node's durable store). By identity, the
+    # model's order, as the rows were always locked in.
+    loaded = {s.fabric.pk: s.fabric for s in seen.values()}
+    for pk in fabrics - loaded.keys():
+        loaded.update((f.pk, f) for f in rows.read(PhysicalFabric, id=pk))
+    named = (loaded[pk] for pk in fabrics if pk in loaded)
+    for fabric in sorted(named, key=lambda f: f.identity):
         derive_master(fabric, node.name, now)
 
 
