@@ -61,7 +61,7 @@ from bench.fleet_plane import Layout  # noqa: E402
 MODEL = "qwen2.5-7b-instruct"  # one H100 a replica, in deploy/server.example.yaml
 # The figures of the restart, the outage and the rack failure (left out of
 # the table when they did not run).
-EVENTS = ("restart_", "outage_", "rack_")
+EVENTS = ("restart_", "outage_", "rack_", "run_")
 # Held on the rack that fails (nodes named RACK-*): started before the rest
 # of the fleet, so its replicas are placed on the rack's nodes alone.
 RACK, RACK_MODEL = "rack", "bench-rack"
@@ -71,6 +71,7 @@ WIDTH = 56  # the figures' names
 # (key, what, target, unit scale, unit)
 FIGURES = [
     ("ready_s", "fleet Ready after start", "-", 1, "s"),
+    ("steady_not_ready", "NotReady marks while joining and measuring", "0", 1, "nodes"),
     ("heartbeat_rate", "heartbeats answered", ">= 1,000/s", 1, "/s"),
     ("heartbeat_p99", "heartbeat p99", "< 250 ms", 1e3, "ms"),
     ("first_look_s", "first look of every web process after growing", "-", 1, "s"),
@@ -121,6 +122,8 @@ FIGURES = [
     ("rack_claimed_twice", "rack failure: GPUs claimed twice", "0", 1, "GPUs"),
     ("rack_gateway_failed", "rack failure: gateway requests failed", "-", 1, "requests"),
     ("rack_gateway_failed_after", "rack failure: failed once all ready", "0", 1, "requests"),
+    # Every mark of the run, between the events too: the rack's own left out.
+    ("run_not_ready", "whole run: NotReady marks, the rack's left out", "0", 1, "nodes"),
 ]
 
 
@@ -355,6 +358,16 @@ def main() -> int:
     return 1 if failure or faults else 0
 
 
+def fleet_marks(layout: Layout) -> int:
+    """The fleet's nodes marked NotReady so far: the probes' and the rack's
+    (which the rack failure kills on purpose) left out. A node marked
+    while the fleet joins or is measured was not heard in its grace: on
+    this machine, a simulated fleet that could not send in time, or web
+    processes that could not answer."""
+    names = layout.marked_not_ready()
+    return sum(1 for name in names if not name.startswith(("probe-", f"{RACK}-")))
+
+
 def grow_and_measure(
     layout: Layout,
     sizes: list[int],
@@ -365,7 +378,7 @@ def grow_and_measure(
     """Each size in turn, into `results`; what stopped it, or "" when none did.
     With the events, the rack comes first and its held model is placed on
     it; the events run at the largest size, after its figures."""
-    have = 0
+    have = marked = 0
     idle: list[Reading] = []
     if args.events:
         print(f"the rack: {args.rack_nodes} nodes holding {args.rack_replicas} replicas ...")
@@ -391,11 +404,14 @@ def grow_and_measure(
                 "ready_s": ready, **costs("join", join),
                 **measure_size(layout, size, args, faults, idle),
             }  # fmt: skip
+            results[size]["steady_not_ready"] = float(fleet_marks(layout) - marked)
+            marked = fleet_marks(layout)
         except Exception as exc:  # the sizes measured so far are still worth printing
             print(layout.log_tails(), file=sys.stderr)
             return f"{size:,} nodes: {exc}"
     if args.events:
         live_through(layout, sizes[-1], results[sizes[-1]], args, faults)
+        results[sizes[-1]]["run_not_ready"] = float(fleet_marks(layout))
     return ""
 
 

@@ -61,10 +61,12 @@ BENCHES = {
     ),
     "bench-fleet": (
         "fleet.py",
-        r"placements committed \(API\) \(/s\) .* [0-9.]*[1-9][0-9.]*\n"
+        r"NotReady marks while joining and measuring \(nodes\) +0 +\d+\n"
+        r"[\s\S]*\nplacements committed \(API\) \(/s\) .* [0-9.]*[1-9][0-9.]*\n"
         r"[\s\S]*\nrestart of every process: NotReady marks \(nodes\) +0 +\d+\n"
         r"[\s\S]*\noutage of every process: all nodes heard \(s\) .* [0-9.]+\n"
-        r"[\s\S]*\nrack failure: all placed again, ready \(s\) +<= \d+ s +[0-9.]+\n",
+        r"[\s\S]*\nrack failure: all placed again, ready \(s\) +<= \d+ s +[0-9.]+\n"
+        r"[\s\S]*\nwhole run: NotReady marks, the rack's left out \(nodes\) +0 +\d+\n",
         None,
     ),
 }
