@@ -359,13 +359,12 @@ def main() -> int:
 
 
 def fleet_marks(layout: Layout) -> int:
-    """The fleet's nodes marked NotReady so far: the probes' and the rack's
-    (which the rack failure kills on purpose) left out. A node marked
-    while the fleet joins or is measured was not heard in its grace: on
-    this machine, a simulated fleet that could not send in time, or web
-    processes that could not answer."""
-    names = layout.marked_not_ready()
-    return sum(1 for name in names if not name.startswith(("probe-", f"{RACK}-")))
+    """The fleet's nodes marked NotReady so far, the rack's (which the rack
+    failure kills on purpose) left out. A node marked while the fleet
+    joins or is measured was not heard in its grace: on this machine, a
+    simulated fleet that could not send in time, or web processes that
+    could not answer."""
+    return events.marks(layout, leave_out=(f"{RACK}-",))
 
 
 def grow_and_measure(
@@ -404,8 +403,9 @@ def grow_and_measure(
                 "ready_s": ready, **costs("join", join),
                 **measure_size(layout, size, args, faults, idle),
             }  # fmt: skip
-            results[size]["steady_not_ready"] = float(fleet_marks(layout) - marked)
-            marked = fleet_marks(layout)
+            # Each reading reads every worker's whole log: once a size.
+            marked, before_marks = fleet_marks(layout), marked
+            results[size]["steady_not_ready"] = float(marked - before_marks)
         except Exception as exc:  # the sizes measured so far are still worth printing
             print(layout.log_tails(), file=sys.stderr)
             return f"{size:,} nodes: {exc}"

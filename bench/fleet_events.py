@@ -84,10 +84,12 @@ def moved(before: dict[int, tuple[str, ...]], after: dict[int, tuple[str, ...]])
     return sum(1 for r, nodes in before.items() if after.get(r) != nodes)
 
 
-def marks(layout: Layout) -> int:
+def marks(layout: Layout, leave_out: tuple[str, ...] = ()) -> int:
     """NotReady marks of the fleet's nodes so far (the probes, silent once
-    their measurement ends, are marked rightly and are not the fleet)."""
-    return sum(1 for name in layout.marked_not_ready() if not name.startswith("probe-"))
+    their measurement ends, are marked rightly and are not the fleet), and
+    not of nodes named with any of `leave_out`."""
+    skip = ("probe-", *leave_out)
+    return sum(1 for name in layout.marked_not_ready() if not name.startswith(skip))
 
 
 def database_now(layout: Layout) -> datetime:
