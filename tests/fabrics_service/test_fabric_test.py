@@ -89,7 +89,7 @@ def test_fabric_test_runs_end_to_end_through_two_real_agents_with_a_perftest_sta
     out, err = capsys.readouterr()
     # Rail 1 is degraded: the status says so, for scripts that read no table.
     assert code == 1, err
-    assert out.rstrip().endswith("not ok: rail 1 (exit status 1)"), out
+    assert out.rstrip().endswith("not ok: rail 1 (exit status 1)"), (out, err)
     assert out.splitlines()[1].split() == ["RAIL", "A", "ADAPTER", "B", "ADAPTER", "EXPECTED",
                                            "MEASURED", "GRADE"]  # fmt: skip
     got = rows(out)

@@ -44,6 +44,15 @@ def _as_postgres(args: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
 
 
+def _signal_if_alive(pid: int, sig: signal.Signals) -> None:
+    # A backend whose client hung up exits between the listing and the
+    # signal; that one needs neither freezing nor waking.
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 class Postgres:
     def __init__(self) -> None:
         if PG_BIN is None:
@@ -95,9 +104,11 @@ class Postgres:
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def pids(self) -> list[int]:
-        """This instance's postmaster and its children, and nothing else's."""
-        master = int((self.data / "postmaster.pid").read_text().split()[0])
+    def master(self) -> int:
+        return int((self.data / "postmaster.pid").read_text().split()[0])
+
+    def children(self, master: int) -> list[int]:
+        """The postmaster's children, and nothing else's."""
         children = []
         for stat in glob.glob("/proc/[0-9]*/stat"):
             try:
@@ -106,16 +117,26 @@ class Postgres:
                 continue
             if int(fields[1]) == master:
                 children.append(int(Path(stat).parent.name))
-        return [master, *children]
+        return children
+
+    def pids(self) -> list[int]:
+        """This instance's postmaster and its children, and nothing else's."""
+        master = self.master()
+        return [master, *self.children(master)]
 
     def hang(self) -> None:
-        """Frozen, not gone: the kernel still accepts and acknowledges."""
-        for pid in self.pids():
-            os.kill(pid, signal.SIGSTOP)
+        """Frozen, not gone: the kernel still accepts and acknowledges.
+        The postmaster first, so it forks no child after the list is read."""
+        master = self.master()
+        os.kill(master, signal.SIGSTOP)
+        for pid in self.children(master):
+            _signal_if_alive(pid, signal.SIGSTOP)
 
     def resume(self) -> None:
-        for pid in self.pids():
-            os.kill(pid, signal.SIGCONT)
+        master = self.master()
+        for pid in self.children(master):
+            _signal_if_alive(pid, signal.SIGCONT)
+        os.kill(master, signal.SIGCONT)
 
     def resume_if_hung(self) -> None:
         if (self.data / "postmaster.pid").exists():
