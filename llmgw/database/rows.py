@@ -56,9 +56,12 @@ def _select(
         for convert in connection.ops.get_db_converters(col) + col.get_db_converters(connection):
             converters.append((i, convert, col))
     match = " AND ".join(f"{quote(opts.get_field(name).column)} = %s" for name in where)
+    # Each column named with its table, as the ORM names them: the check
+    # that the warm fleet's log covers what it reads finds them by that.
+    table = quote(opts.db_table)
     sql = (
-        f"SELECT {', '.join(quote(f.column) for f in fields)} FROM {quote(opts.db_table)} "
-        f"WHERE {match}{' FOR UPDATE' if lock else ''}"
+        f"SELECT {', '.join(f'{table}.{quote(f.column)}' for f in fields)} FROM {table}"
+        f"{' WHERE ' + match if match else ''}{' FOR UPDATE' if lock else ''}"
     )
     return sql, tuple(f.attname for f in fields), tuple(converters)
 
@@ -68,7 +71,8 @@ def read(
 ) -> list[M]:
     """model.objects.filter(**where).order_by(), locked (select_for_update)
     when `lock`, its `defer` columns deferred: keyed by plain values of
-    the model's fields (a foreign key by its name, given the key)."""
+    the model's fields (a foreign key by its name, given the key); every
+    row when `where` is empty."""
     sql, attnames, converters = _once(("select", model, tuple(where), lock, defer), _select)
     with connection.cursor() as cursor:
         cursor.execute(sql, list(where.values()))

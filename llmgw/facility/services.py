@@ -10,6 +10,7 @@ from typing import Any
 from django.utils import timezone
 
 from llmgw import events, holdings
+from llmgw.database import rows
 from llmgw.database.atomic import atomic
 from llmgw.facility import domains, power, readings
 from llmgw.facility.models import DRAINED, Budget, Hold
@@ -97,8 +98,10 @@ class Facility:
     """Holds and budgets, read once per snapshot."""
 
     def __init__(self) -> None:
-        self.holds = {h.domain: h for h in Hold.objects.all()}
-        self.budgets = dict(Budget.objects.values_list("domain", "watts"))
+        # Composed once: the warm fleet reads the facility again with every
+        # node it reads again, several times a second while it places.
+        self.holds = {h.domain: h for h in rows.read(Hold)}
+        self.budgets = dict(rows.values("budgets", _budgets, "id", None))
 
     def for_node(self, node: Node) -> NodeFacility:
         keys = domains.keys_of(node.name, node.labels)
@@ -116,6 +119,10 @@ class Facility:
             measured_w=power.measured(node.gpu_telemetry, node.sensors),
             gpu_limits=power.gpu_limits(node.gpu_telemetry),
         )
+
+
+def _budgets() -> Any:
+    return Budget.objects.values_list("domain", "watts")
 
 
 def declared_by_node(only: Collection[int] | None = None) -> dict[int, float]:

@@ -61,10 +61,12 @@ import logging
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Max, Q
 
+from llmgw.database import rows
 from llmgw.database.atomic import atomic
 from llmgw.inventory.choices import NodeState
 from llmgw.inventory.models import Hearing as HearingRow
@@ -195,9 +197,14 @@ _memo = threading.local()
 def load() -> Hearing:
     """The record, read now (one query)."""
     global _latest
-    row = HearingRow.objects.filter(pk=1).values_list("since", "heard_at").first()
-    _latest = UNRECORDED if row is None else Hearing(*row)
+    # Composed once: a page, a pass and each read of a few nodes ask.
+    found = rows.values("hearing", _hearing, "id", None)
+    _latest = UNRECORDED if not found else Hearing(*found[0])
     return _latest
+
+
+def _hearing() -> Any:
+    return HearingRow.objects.filter(pk=1).values_list("since", "heard_at")
 
 
 def at(now: datetime) -> Hearing:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from llmgw.database import rows
 from llmgw.fabrics.choices import link_up
 from llmgw.fabrics.models import FabricMap, Port
 from llmgw.fabrics.rails import device_number
@@ -81,17 +82,21 @@ _MAP_INDEXES: dict[int, tuple[datetime | None, MapIndex]] = {}
 
 
 def map_indexes() -> dict[int, MapIndex]:
-    current = dict(
-        FabricMap.objects.filter(analysis__isnull=False).values_list("fabric_id", "taken_at")
-    )
+    # Composed once: read with every node the warm fleet reads again.
+    current = dict(rows.values("analysed maps", _analysed, "fabric_id", None))
     stale = [pk for pk, at in current.items() if _MAP_INDEXES.get(pk, (None,))[0] != at]
-    for pk, at, analysis in FabricMap.objects.filter(fabric_id__in=stale).values_list(
-        "fabric_id", "taken_at", "analysis"
-    ):
-        _MAP_INDEXES[pk] = (at, MapIndex.build(analysis or {}))
+    if stale:  # nothing composed when no map changed: the usual case
+        for pk, at, analysis in FabricMap.objects.filter(fabric_id__in=stale).values_list(
+            "fabric_id", "taken_at", "analysis"
+        ):
+            _MAP_INDEXES[pk] = (at, MapIndex.build(analysis or {}))
     for pk in set(_MAP_INDEXES) - set(current):
         del _MAP_INDEXES[pk]
     return {pk: entry[1] for pk, entry in _MAP_INDEXES.items()}
+
+
+def _analysed() -> Any:
+    return FabricMap.objects.filter(analysis__isnull=False).values_list("fabric_id", "taken_at")
 
 
 def leaf_name(guid: str) -> str:

@@ -348,7 +348,7 @@ class WarmFleet:
         # One array (the warm fleet runs on PostgreSQL) rather than
         # thousands of IN parameters, which the driver spends most of a
         # second splitting into the query.
-        with connection.cursor() as cursor:
+        with prepared.cursor() as cursor:
             cursor.execute(warm_sql.DEADLINES, [wanted])
             rows = cursor.fetchall()
         out = {}
@@ -367,11 +367,18 @@ class WarmFleet:
 
     def _follow(self, pks: Iterable[int] | None) -> None:
         """Note the readiness deadlines of these nodes (all when None)."""
-        rows = Node.objects.all() if pks is None else Node.objects.filter(pk__in=list(pks))
+        if pks is None:
+            found = Node.objects.values_list(
+                "pk", "state", "last_heartbeat_at", "heartbeat_interval_s"
+            )
+        else:
+            # The statement _moved_deadlines runs, not one composed for each
+            # look: a look reads again the nodes the other processes placed on.
+            with prepared.cursor() as cursor:
+                cursor.execute(warm_sql.DEADLINES, [list(pks)])
+                found = cursor.fetchall()
         now = timezone.now()
-        for pk, state, at, every in rows.values_list(
-            "pk", "state", "last_heartbeat_at", "heartbeat_interval_s"
-        ):
+        for pk, state, at, every in found:
             deadline = self._deadline(state, at, every, now)
             if deadline is not None:
                 heapq.heappush(self.deadlines, (deadline, pk))
