@@ -24,8 +24,9 @@ import time
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.http import HttpRequest
+
+from llmgw.shared_cache import shared
 
 WINDOW_S = 60
 # One address guessing at many usernames, against one username's limit.
@@ -75,6 +76,7 @@ def _counters(request: HttpRequest, username: str) -> list[tuple[str, int]]:
 def retry_after(request: HttpRequest, username: str) -> int | None:
     """Seconds until `username` may try again from this address; None: now."""
     counters = _counters(request, username)
+    cache = shared()
     found = cache.get_many([k for key, _ in counters for k in (key, key + ":since")])
     now = time.time()
     waits = [
@@ -86,6 +88,7 @@ def retry_after(request: HttpRequest, username: str) -> int | None:
 
 
 def failed(request: HttpRequest, username: str) -> None:
+    cache = shared()
     for key, _ in _counters(request, username):
         # add() is atomic: only the failure that starts the minute dates it.
         if cache.add(key, 0, timeout=WINDOW_S):

@@ -1,9 +1,9 @@
 import logging
 
 from celery import shared_task
-from django.core.cache import cache
 
 from llmgw.serving import reconciler
+from llmgw.shared_cache import shared
 
 log = logging.getLogger("llmgw.reconciler")
 
@@ -24,7 +24,7 @@ def reconcile() -> dict[str, object]:
     # Cleared before anything is read: a change that commits from here on
     # asks for a reconcile of its own, one that committed before is read.
     try:
-        cache.delete(SOON_KEY)
+        shared().delete(SOON_KEY)
     except Exception:  # Redis away: the tick still reconciles
         log.warning("could not clear the reconcile request; the next tick covers it")
     return reconciler.reconcile_all()
@@ -34,7 +34,7 @@ def reconcile_soon() -> None:
     """Reconcile within a second, unless one already asked for has not yet
     started: it will read this change too."""
     try:
-        first = cache.add(SOON_KEY, 1, timeout=SOON_TTL_S)
+        first = shared().add(SOON_KEY, 1, timeout=SOON_TTL_S)
     except Exception:  # Redis away: ask as if no one had
         first = True
     if first:

@@ -25,7 +25,9 @@ from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import BaseCache, caches
+from django.core.cache import BaseCache
+
+from llmgw.shared_cache import shared
 
 REGISTRY = "llmgw:gateway:processes"
 PREFIX = "llmgw:gateway:load:"
@@ -35,7 +37,7 @@ FRESH_S = 5.0
 
 @cache
 def store() -> BaseCache:
-    default = caches["default"]
+    default = shared()
     if "locmem" not in type(default).__module__:
         return default
     from django.core.cache.backends.filebased import FileBasedCache
