@@ -373,6 +373,14 @@ def test_a_fabric_seen_again_or_failing_a_sweep_is_not_a_change_of_the_fleet(dgx
     elsewhere(lambda: FabricMap.objects.update(taken_at=timezone.now(), analysis={"nodes": {}}))
     placing.dry_run("one")
     assert warm.FLEET.loads == loads + 1
+    # Swept from another node: the map says where it was taken from. Each
+    # sweep asks another node, and every process read the fleet whole for
+    # it (4-10 s at 5,000 nodes while placements and heartbeats waited).
+    for source in ("0xa088c20300740080", "0xa088c20300740382"):
+        mapped = {"nodes": {}, "initiated_from": source}
+        elsewhere(lambda m=mapped: FabricMap.objects.update(taken_at=timezone.now(), analysis=m))
+        placing.dry_run("one")
+        assert warm.FLEET.loads == loads + 1
     elsewhere(lambda: fabrics.update(identity="0xa088c20300774111"))
     placing.dry_run("one")
     assert warm.FLEET.loads == loads + 2
