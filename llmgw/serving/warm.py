@@ -345,14 +345,8 @@ class WarmFleet:
         wanted = list(pks)
         if not wanted:
             return {}
-        # One array (the warm fleet runs on PostgreSQL) rather than
-        # thousands of IN parameters, which the driver spends most of a
-        # second splitting into the query.
-        with prepared.cursor() as cursor:
-            cursor.execute(warm_sql.DEADLINES, [wanted])
-            rows = cursor.fetchall()
         out = {}
-        for pk, state, at, every in rows:
+        for pk, state, at, every in warm_sql.beats(wanted):
             deadline = self._deadline(state, at, every, now)
             if deadline is not None:
                 out[pk] = deadline
@@ -367,16 +361,8 @@ class WarmFleet:
 
     def _follow(self, pks: Iterable[int] | None) -> None:
         """Note the readiness deadlines of these nodes (all when None)."""
-        if pks is None:
-            found = Node.objects.values_list(
-                "pk", "state", "last_heartbeat_at", "heartbeat_interval_s"
-            )
-        else:
-            # The statement _moved_deadlines runs, not one composed for each
-            # look: a look reads again the nodes the other processes placed on.
-            with prepared.cursor() as cursor:
-                cursor.execute(warm_sql.DEADLINES, [list(pks)])
-                found = cursor.fetchall()
+        columns = ("pk", "state", "last_heartbeat_at", "heartbeat_interval_s")
+        found = Node.objects.values_list(*columns) if pks is None else warm_sql.beats(list(pks))
         now = timezone.now()
         for pk, state, at, every in found:
             deadline = self._deadline(state, at, every, now)
