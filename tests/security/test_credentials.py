@@ -270,9 +270,8 @@ class Load:
     def delay(self, name: str, cut: float) -> float:
         """Seconds from `cut` until this probe is refused for good: the
         sending time of the first refusal after the last acceptance."""
-        answers = self.answers[name]
-        last = max((sent for sent, status in answers if status == 200 and sent >= cut), default=cut)
-        refused = [sent for sent, status in answers if status != 200 and sent >= last]
+        last = cut + self.latest_acceptance(name, cut)
+        refused = [sent for sent, status in self.answers[name] if status != 200 and sent >= last]
         assert refused, f"{name}: never refused after the cut"
         return min(refused) - cut
 
