@@ -169,6 +169,36 @@ def update(model: type[DjangoModel], pk: Any, values: dict[str, Any]) -> None:
         cursor.execute(_once(("update", model, tuple(values)), _update), params)
 
 
+def _seen_again(model: type[DjangoModel], key: str, column: str) -> str:
+    quote = connection.ops.quote_name
+    opts = model._meta
+    table, pk = quote(opts.db_table), quote(opts.pk.column)
+    key, column = quote(opts.get_field(key).column), quote(opts.get_field(column).column)
+    return (
+        f"UPDATE {table} SET {column} = %s WHERE {pk} IN (SELECT {pk} FROM {table}"
+        f" WHERE {key} = ANY(%s) AND {column} < %s FOR NO KEY UPDATE SKIP LOCKED)"
+    )
+
+
+def seen_again(
+    model: type[DjangoModel], key: str, keys: list[Any], now: Any, column: str = "last_seen"
+) -> None:
+    """Set `column` to `now` on the rows whose `key` is among `keys`, passing
+    over a row another transaction is writing: thousands of nodes joining
+    one fabric each say they saw it, and the row's lock, held until each
+    one's transaction commits, took them in turn. The writer's time is as
+    recent, so the column is still when some node last said so. The lock
+    is the one an UPDATE takes, so the foreign-key checks of rows that
+    refer to this one (each joining node's ports) neither wait on it nor
+    make it pass over."""
+    if not keys:
+        return
+    field = model._meta.get_field(column)
+    when = field.get_db_prep_save(now, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(_once(("seen again", model, key, column), _seen_again), [when, keys, when])
+
+
 def _plainly_deleted(model: type[DjangoModel]) -> bool:
     # No row of another model refers to its rows, nor a many-to-many
     # table: nothing to cascade to.

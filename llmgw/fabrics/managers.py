@@ -63,8 +63,8 @@ def record(
     only) managers are added and the master flags moved, nothing removed."""
     # GUID -> fabric key of this node's observations.
     mine = dict(_fetch(_MINE, [node.pk]))
-    touched = set(mine) | set(seen)
-    fabrics = set(mine.values()) | {s.fabric.pk for s in seen.values()}
+    before = set(mine.values())
+    after = {s.fabric.pk for s in seen.values()} | (set() if listed else before)
     if listed and mine:
         ManagerObservation.objects.filter(node=node).exclude(guid__in=list(seen)).delete()
     # One statement for all of them: a node joining lists a manager or
@@ -94,30 +94,84 @@ def record(
         observed = ManagerObservation.objects.filter(node=node, fabric_id=fabric_id)
         observed.exclude(guid=guid).update(master=False)
         observed.filter(guid=guid).update(master=True)
-    derive_managers(sorted(touched))
+    records = records_of(set(mine) | set(seen), before ^ after)
+    agreed = {g for g, s in seen.items() if g not in mine and records.get(g, _NONE).agrees(s)}
+    derive_managers(sorted(_changed(mine, seen, records, before, after) - agreed), records)
+    if agreed:
+        # Still said by a node, now: the record's time, though no vote moved.
+        rows.seen_again(SubnetManager, "guid", sorted(agreed), now)
     # The fabrics this report named are loaded already; only one it no
     # longer names is read (a queryset composed anew for each report was
     # a tenth of a joining node's durable store). By identity, the
     # model's order, as the rows were always locked in.
     loaded = {s.fabric.pk: s.fabric for s in seen.values()}
-    for pk in fabrics - loaded.keys():
+    for pk in (before | after) - loaded.keys():
         loaded.update((f.pk, f) for f in rows.read(PhysicalFabric, id=pk))
-    named = (loaded[pk] for pk in fabrics if pk in loaded)
+    named = (loaded[pk] for pk in before | after if pk in loaded)
     for fabric in sorted(named, key=lambda f: f.identity):
-        derive_master(fabric, node.name, now)
+        # A node naming the master only adds to its count; one new to the
+        # fabric naming none changes no count. Nothing to count again.
+        claim = claims.get(fabric.pk)
+        if claim is None and fabric.pk not in before:
+            continue
+        if claim is None or claim != fabric.master_guid:
+            derive_master(fabric, node.name, now)
 
 
-def derive_managers(guids: list[str]) -> None:
+@dataclass(frozen=True)
+class Record:
+    """A SubnetManager row, as the vote last left it."""
+
+    id: int | None
+    fabric_id: int | None
+    state: str
+    lid: int | None = None
+    priority: int | None = None
+
+    def agrees(self, s: Seen) -> bool:
+        said = (s.fabric.pk, s.state, s.lid, s.priority)
+        return self.state != GONE and (self.fabric_id, self.state, self.lid, self.priority) == said
+
+
+_NONE = Record(None, None, GONE)
+
+
+def records_of(guids: set[str], fabrics: set[int]) -> dict[str, Record]:
+    """The records of `guids`, and every one on `fabrics`, by GUID."""
+    found = _fetch(_RECORDS, [sorted(guids), sorted(fabrics)])
+    return {row[0]: Record(*row[1:]) for row in found}
+
+
+def _changed(
+    mine: dict[str, int],
+    seen: dict[str, Seen],
+    records: dict[str, Record],
+    before: set[int],
+    after: set[int],
+) -> set[str]:
+    """The GUIDs whose vote this report can have moved. Its own observations
+    (old and new); and on a fabric it began or stopped observing, every
+    other manager, for which it now counts, or no longer counts, as GONE.
+    One more GONE cannot move a manager already GONE."""
+    changed = set(mine) | set(seen)
+    for guid, r in records.items():
+        if guid not in changed and (
+            r.fabric_id in before - after or (r.fabric_id in after - before and r.state != GONE)
+        ):
+            changed.add(guid)
+    return changed
+
+
+def derive_managers(guids: list[str], records: dict[str, Record]) -> None:
     """The fabric's record of each manager, from every node's observation of
     it. Counted by the database: each of a fabric's thousands of nodes
     observes its managers, and a node joining must not read them all. A
     statement per step for all of `guids`, not five per GUID, each plain
     SQL rather than the ORM's (llmgw.database.rows): a node joining names
-    two managers a fabric, and thousands join at once."""
+    two managers a fabric, and thousands join at once. `records`: the
+    SubnetManager rows of (at least) `guids`, by GUID."""
     if not guids:
         return
-    # GUID -> (key, fabric key, state) of its record.
-    records = {row[0]: row[1:] for row in _fetch(_RECORDS, [guids])}
     # Per GUID: (fabric key, state, how many nodes say so, when last, and
     # the lid and priority of the latest to say so).
     counted: dict[str, list[tuple[Any, ...]]] = {guid: [] for guid in guids}
@@ -129,13 +183,13 @@ def derive_managers(guids: list[str]) -> None:
         if not by_state:
             # Kept, not deleted: the GUID carries the fabric's name through a
             # failover. Marked: it is no standby anyone can fail over to.
-            if record is not None and record[2] != GONE:
-                SubnetManager.objects.filter(pk=record[0]).update(state=GONE)
+            if record is not None and record.state != GONE:
+                SubnetManager.objects.filter(pk=record.id).update(state=GONE)
             continue
         by_fabric: Counter[int] = Counter()
         for fabric_id, _, n, *_ in by_state:
             by_fabric[fabric_id] += n
-        chosen[guid] = vote(by_fabric, record[1] if record is not None else None)
+        chosen[guid] = vote(by_fabric, record.fabric_id if record is not None else None)
     voters = dict(_fetch(_VOTERS, [sorted(set(chosen.values()))])) if chosen else {}
     managers = []
     for guid, fabric_id in chosen.items():
@@ -145,10 +199,10 @@ def derive_managers(guids: list[str]) -> None:
         # A node observing the fabric but not this manager says it is GONE.
         if voters[fabric_id] > states.total():
             states[GONE] += voters[fabric_id] - states.total()
-        state = vote(states, record[2] if record is not None else None, fallback=GONE)
+        state = vote(states, record.state if record is not None else None, fallback=GONE)
         if state == GONE:
-            if record is not None and (record[2], record[1]) != (GONE, fabric_id):
-                SubnetManager.objects.filter(pk=record[0]).update(state=GONE, fabric=fabric_id)
+            if record is not None and (record.state, record.fabric_id) != (GONE, fabric_id):
+                SubnetManager.objects.filter(pk=record.id).update(state=GONE, fabric=fabric_id)
             continue  # never made up from one node's word: no row for it
         [(lid, priority)] = [(c[4], c[5]) for c in by_state if c[:2] == (fabric_id, state)]
         managers.append(
@@ -169,9 +223,13 @@ def derive_managers(guids: list[str]) -> None:
 
 _OBSERVATIONS = ManagerObservation._meta.db_table
 _MINE = f"SELECT guid, fabric_id FROM {_OBSERVATIONS} WHERE node_id = %s"
-_RECORDS = (
-    f"SELECT guid, id, fabric_id, state FROM {SubnetManager._meta.db_table} WHERE guid = ANY(%s)"
-)
+_MANAGERS = SubnetManager._meta.db_table
+# The records of a report's GUIDs, and every one on a fabric it began or
+# stopped observing.
+_RECORDS = f"""
+SELECT guid, id, fabric_id, state, lid, priority FROM {_MANAGERS}
+WHERE guid = ANY(%s) OR fabric_id = ANY(%s)
+"""
 # The lid and priority of the latest by seen_at, as order_by("-seen_at").first() took them.
 _COUNTED = f"""
 SELECT guid, fabric_id, state, count(*), max(seen_at),

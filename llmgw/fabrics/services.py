@@ -212,9 +212,6 @@ def _store_ports(
     rows.insert(list(fresh.values()))
 
 
-_LAST_SEEN = f"UPDATE {PhysicalFabric._meta.db_table} SET last_seen = %s WHERE id = ANY(%s)"
-
-
 def observe(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
     """Store a node's ports and managers; returns node fields to update."""
     observer = Observer(node, now)
@@ -223,9 +220,8 @@ def observe(node: Node, data: dict[str, Any], now: datetime) -> dict[str, Any]:
     _store_ports(node, observer, data.get("ports") or [], now)
     managers.record(node, observer.seen, observer.claims(), observer.listed, now)
     if observer.fabrics:
-        seen = [fabric.pk for fabric in observer.fabrics.values()]
-        with connection.cursor() as cursor:
-            cursor.execute(_LAST_SEEN, [now, seen])
+        seen = sorted(fabric.pk for fabric in observer.fabrics.values())
+        rows.seen_again(PhysicalFabric, "id", seen, now)
     events.publish("fabric_changed", node=node.name, fabric=None)
     if "fabrics_active" in data:
         active = sorted(set(data["fabrics_active"]))
