@@ -79,3 +79,19 @@ def heartbeat(name: str, **overrides: Any) -> dict[str, Any]:
     )
     payload.update(overrides)
     return payload
+
+
+def managers_report(master: str, managers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ports and subnet_managers of a heartbeat: one InfiniBand port
+    whose subnet manager is `master`, and the listing of `managers`."""
+    port = {
+        "device": "mlx5_0",
+        "port": 1,
+        "link_layer": "InfiniBand",
+        "state": "ACTIVE",
+        "phys_state": "LinkUp",
+        "rate_gbps": 400.0,
+        "sm": next(m for m in managers if m["guid"] == master),
+    }
+    listing = {"port": "mlx5_0/1", "master": master, "managers": managers}
+    return {"ports": [port], "subnet_managers": [listing]}

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from llmgw.fabrics import managers, services
 from llmgw.fabrics.models import ManagerObservation, PhysicalFabric, SubnetManager
+from tests.payloads import managers_report
 
 # Two fabrics' managers: a node moving from the first to the second stops
 # observing the first, and counts no longer for or against its managers.
@@ -30,17 +31,10 @@ def report(
         # A listing naming no master, and no port to say one: no claim.
         listed = [{**m, "state": "STANDBY"} for m in listed]
         return {"ports": [], "subnet_managers": [{"port": "mlx5_0/1", "managers": listed}]}
-    port = {
-        "device": "mlx5_0",
-        "port": 1,
-        "link_layer": "InfiniBand",
-        "state": "ACTIVE",
-        "phys_state": "LinkUp",
-        "rate_gbps": 400.0,
-        "sm": next(m for m in listed if m["guid"] == master),
-    }
-    listing = [] if ports_only else [{"port": "mlx5_0/1", "master": master, "managers": listed}]
-    return {"ports": [port], "subnet_managers": listing}
+    out = managers_report(master, listed)
+    if ports_only:
+        out["subnet_managers"] = []
+    return out
 
 
 def agreed(guids: list[str]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.payloads import heartbeat, registration
+from tests.payloads import heartbeat, managers_report, registration
 
 pytestmark = pytest.mark.django_db
 
@@ -19,17 +19,7 @@ def sm(guid: str, state: str, priority: int, lid: int) -> dict[str, Any]:
 
 
 def report(agent: Any, name: str, master: str, managers: list[dict[str, Any]]) -> None:
-    port = {
-        "device": "mlx5_0",
-        "port": 1,
-        "link_layer": "InfiniBand",
-        "state": "ACTIVE",
-        "phys_state": "LinkUp",
-        "rate_gbps": 400.0,
-        "sm": next(m for m in managers if m["guid"] == master),
-    }
-    listing = {"port": "mlx5_0/1", "master": master, "managers": managers}
-    payload = heartbeat(name, ports=[port], subnet_managers=[listing])
+    payload = heartbeat(name, **managers_report(master, managers))
     assert agent.post("heartbeat", payload).status_code == 200
 
 
