@@ -197,6 +197,8 @@ def test_the_charts_say_their_units_and_the_day_and_zone_of_their_times(
             if got.get("status") == "success" and got["data"]["result"]:
                 break
             time.sleep(1)
+        else:
+            raise AssertionError(f"Prometheus had no step of {query} after 90 s: {got}")
         page = b.open(f"/nodes/{name}")
         cores = page.locator("#charts .chart", has_text="Cores per model")
         cores.locator("svg").wait_for()
