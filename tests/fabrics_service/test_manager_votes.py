@@ -101,7 +101,7 @@ def test_the_records_are_always_the_whole_count(make_node, monkeypatch, fleet, a
 
     monkeypatch.setattr(managers, "derive_managers", counting)
     rng, now = random.Random(7), timezone.now()
-    for step in range(300):
+    for step in range(200):
         now += timedelta(seconds=1)
         node = rng.choice(nodes)
         with transaction.atomic():
