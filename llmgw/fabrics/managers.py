@@ -112,9 +112,7 @@ def record(
         # A node naming the master only adds to its count; one new to the
         # fabric naming none changes no count. Nothing to count again.
         claim = claims.get(fabric.pk)
-        if claim is None and fabric.pk not in before:
-            continue
-        if claim is None or claim != fabric.master_guid:
+        if claim != fabric.master_guid and (claim is not None or fabric.pk in before):
             derive_master(fabric, node.name, now)
 
 
