@@ -4,6 +4,7 @@ hears a burst of placements as one message."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -77,16 +78,32 @@ def test_placements_and_releases_are_told_with_their_nodes(dgx: Any, heard: Any)
 
 
 def test_the_console_hears_a_burst_of_placements_once(dgx: Any, monkeypatch: Any) -> None:  # noqa: F811
+    # An earlier test's burst, still on its timer, would be heard in this one.
+    pending = console_events._placements.timer
+    if pending is not None:
+        pending.join()
     sent: list[tuple[str, dict[str, Any]]] = []
-    monkeypatch.setattr(console_events, "_send", lambda kind, **data: sent.append((kind, data)))
+    senders: set[threading.Thread] = set()
+
+    def send(kind: str, **data: Any) -> None:
+        sent.append((kind, data))
+        senders.add(threading.current_thread())
+
+    monkeypatch.setattr(console_events, "_send", send)
+    started = time.monotonic()
     placed = [placing.place_replica("one")[0] for _ in range(4)]
+    took = time.monotonic() - started
     assert all(r is not None for r in placed)
-    assert sent == []  # not from the placing thread, not per placement
+    if took < console_events._Coalesced.AFTER_S:  # a loaded machine may take longer
+        assert sent == []  # not per placement
     deadline = time.monotonic() + 5
     while not sent and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(console_events._Coalesced.AFTER_S * 2)
-    assert sent == [("models changed", {"nodes": ["dgx-1"]})]
+    assert set(map(str, sent)) == {str(("models changed", {"nodes": ["dgx-1"]}))}
+    assert threading.current_thread() not in senders  # the placing thread never waits on it
+    if took < console_events._Coalesced.AFTER_S:
+        assert len(sent) == 1
 
 
 def test_a_drain_progress_said_again_unchanged_tells_nobody(dgx: Any, heard: Any) -> None:  # noqa: F811
