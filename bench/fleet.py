@@ -57,6 +57,7 @@ from bench import fleet_events as events  # noqa: E402
 from bench import fleet_measure as measure  # noqa: E402
 from bench.fleet_measure import Reading  # noqa: E402
 from bench.fleet_plane import Layout  # noqa: E402
+from llmgw.simulator.swarm import LAG_S  # noqa: E402
 
 MODEL = "qwen2.5-7b-instruct"  # one H100 a replica, in deploy/server.example.yaml
 # The figures of the restart, the outage and the rack failure (left out of
@@ -72,6 +73,8 @@ WIDTH = 56  # the figures' names
 FIGURES = [
     ("ready_s", "fleet Ready after start", "-", 1, "s"),
     ("steady_not_ready", "NotReady marks while joining and measuring", "0", 1, "nodes"),
+    ("fleet_late", "simulated fleet's loop > 1 s late (10 s windows)", "0", 1, "windows"),
+    ("fleet_late_s", "simulated fleet's loop late, the most", "-", 1, "s"),
     ("heartbeat_rate", "heartbeats answered", ">= 1,000/s", 1, "/s"),
     ("heartbeat_p99", "heartbeat p99", "< 250 ms", 1e3, "ms"),
     ("first_look_s", "first look of every web process after growing", "-", 1, "s"),
@@ -367,6 +370,14 @@ def fleet_marks(layout: Layout) -> int:
     return events.marks(layout, leave_out=(f"{RACK}-",))
 
 
+def fleet_late(layout: Layout) -> dict[str, float]:
+    """The simulated fleet's own stalls so far: how many of its watch's
+    windows its loop ran over LAG_S late in, and the most it ran late
+    (left out when it never did: under LAG_S is all that is known)."""
+    late = [s for s in layout.fleet_late() if s > LAG_S]
+    return {"fleet_late": float(len(late)), **({"fleet_late_s": max(late)} if late else {})}
+
+
 def grow_and_measure(
     layout: Layout,
     sizes: list[int],
@@ -406,12 +417,14 @@ def grow_and_measure(
             # Each reading reads every worker's whole log: once a size.
             marked, before_marks = fleet_marks(layout), marked
             results[size]["steady_not_ready"] = float(marked - before_marks)
+            results[size].update(fleet_late(layout))
         except Exception as exc:  # the sizes measured so far are still worth printing
             print(layout.log_tails(), file=sys.stderr)
             return f"{size:,} nodes: {exc}"
     if args.events:
         live_through(layout, sizes[-1], results[sizes[-1]], args, faults)
         results[sizes[-1]]["run_not_ready"] = float(fleet_marks(layout))
+        results[sizes[-1]].update(fleet_late(layout))
     return ""
 
 

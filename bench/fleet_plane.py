@@ -24,6 +24,7 @@ BIN = Path(sys.executable).parent
 USER, PASSWORD = "bench", "bench-fleet-password"
 PROBES = 64
 NOT_READY_LOG = re.compile(r"node (\S+) missed \d+ heartbeats: NotReady")
+FLEET_LATE_LOG = re.compile(r"simulator: its loop ran up to ([\d.]+) s late")
 # The timings the events' targets are reckoned from, as this layout runs them.
 TIMINGS = """
 import django
@@ -183,6 +184,16 @@ class Layout:
         for log in self.logs.glob("worker*.log"):
             names += NOT_READY_LOG.findall(log.read_text(errors="replace"))
         return names
+
+    def fleet_late(self) -> list[float]:
+        """How late the simulated fleets' own event loops ran in each of
+        their watch windows that said so (past LAG_S, or with nodes held
+        up). A loop seconds late is the simulator starved of CPU on this
+        machine: its nodes' silence was its own, not the control plane's."""
+        late: list[float] = []
+        for log in self.logs.glob("fleet-*.log"):
+            late += map(float, FLEET_LATE_LOG.findall(log.read_text(errors="replace")))
+        return late
 
     def ready(self) -> int:
         with psycopg.connect(self.pg.url, connect_timeout=5, autocommit=True) as conn:

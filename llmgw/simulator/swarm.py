@@ -54,6 +54,10 @@ _JSON = {"Content-Type": "application/json"}
 JITTER = 0.1
 # One heartbeat in this many is checked against the protocol before it is sent.
 CHECK_EVERY = 30
+# How often the swarm says what held its nodes up, when anything did.
+WATCH_S = 10.0
+# A loop late by more than this is reported: the simulator itself did not send.
+LAG_S = 1.0
 _encode = msgspec.json.Encoder().encode
 _read_command = msgspec.json.Decoder(Command).decode
 
@@ -137,6 +141,8 @@ class Member:
     desired_digest: str | None = None
     # Set by the swarm: the agent's own, for retrying a failed heartbeat.
     backoff: Backoff | None = None
+    # time.monotonic() of its last answered heartbeat; None before the first.
+    answered: float | None = None
 
 
 class Swarm:
@@ -204,6 +210,7 @@ class Swarm:
         tasks = [asyncio.create_task(self._life(m)) for m in self.members]
         if self.streams:
             tasks += [asyncio.create_task(self._stream(m)) for m in self.members]
+        tasks.append(asyncio.create_task(self._watching()))
         if self.tick is not None:
             tasks.append(asyncio.create_task(self._ticking()))
         try:
@@ -221,6 +228,43 @@ class Swarm:
         while True:
             self.tick()
             await asyncio.sleep(1.0)
+
+    async def _watching(self) -> None:
+        """Every WATCH_S, when anything held the nodes up, one line saying
+        what: the swarm's own loop running late (on a starved machine the
+        simulator, not the control plane, fell silent), heartbeats that no
+        web process answered, and nodes with no answer for two intervals
+        (the control plane marks them NotReady a few intervals on). Without
+        it a bench run's NotReady marks could not be put down to either side."""
+        loop = asyncio.get_running_loop()
+        failed, window_start = self.stats.failed, loop.time()
+        held = 0.0
+        while True:
+            before = loop.time()
+            await asyncio.sleep(1.0)
+            held = max(held, loop.time() - before - 1.0)
+            if loop.time() - window_start < WATCH_S:
+                continue
+            window_start = loop.time()
+            failures, failed = max(0, self.stats.failed - failed), self.stats.failed
+            silent = self.silent(time.monotonic(), 2 * self.interval_s)
+            if held > LAG_S or failures or silent:
+                log.warning(
+                    "simulator: its loop ran up to %.1f s late; %d heartbeats unanswered; "
+                    "%d nodes with no answer for over %.0f s%s",
+                    held, failures, len(silent), 2 * self.interval_s,
+                    f" (the longest {max(silent):.0f} s)" if silent else "",
+                )  # fmt: skip
+            held = 0.0
+
+    def silent(self, now: float, over_s: float) -> list[float]:
+        """How long each node answered before has gone without an answer,
+        for those past `over_s`."""
+        return [
+            now - m.answered
+            for m in self.members
+            if m.answered is not None and now - m.answered > over_s
+        ]
 
     # -- joining -----------------------------------------------------------
 
@@ -271,6 +315,7 @@ class Swarm:
             started = time.perf_counter()
             answer = await self._post(member, HEARTBEAT, body)
             self.stats.latencies.append(time.perf_counter() - started)
+            member.answered = time.monotonic()
         except Unavailable as exc:
             self.stats.failed += 1
             log.warning("%s: %s", sim.name, exc)
