@@ -188,8 +188,9 @@ class Layout:
     def fleet_late(self) -> list[float]:
         """How late the simulated fleets' own event loops ran in each of
         their watch windows that said so (past LAG_S, or with nodes held
-        up). A loop seconds late is the simulator starved of CPU on this
-        machine: its nodes' silence was its own, not the control plane's."""
+        up). A node whose heartbeat went unanswered while its loop ran
+        seconds late was silent for the simulator's sake, not the control
+        plane's (run at a higher priority, it ran as late: its own work)."""
         late: list[float] = []
         for log in self.logs.glob("fleet-*.log"):
             late += map(float, FLEET_LATE_LOG.findall(log.read_text(errors="replace")))

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from llmgw.simulator import swarm
 from llmgw.simulator.fleet import make_fleet
+from tests.simulator.local_server import serving
 
 PATH = "/api/agent/v1/heartbeat"
 # A web server of its own, on a local port.
@@ -26,31 +27,22 @@ async def _posts(answer_after_s: float, calls: int) -> list[str]:
         await asyncio.sleep(answer_after_s)
         return web.json_response({"ok": True})
 
-    app = web.Application()
-    app.router.add_post(PATH, slow)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     members = [
         swarm.Member(sim, "node-credential") for sim in make_fleet(calls, "t", nvl72_trays=0)
     ]
-    try:
-        async with swarm.Swarm(
-            [f"http://127.0.0.1:{port}"], members, 10.0, streams=False, connections=1
-        ) as fleet:
+    async with (
+        serving({PATH: slow}) as url,
+        swarm.Swarm([url], members, 10.0, streams=False, connections=1) as fleet,
+    ):
 
-            async def one(member: swarm.Member) -> str:
-                try:
-                    await fleet._post(member, PATH, b"{}")
-                    return "answered"
-                except swarm.Unavailable as exc:
-                    return "TimeoutError" if "Timeout" in str(exc) else str(exc)
+        async def one(member: swarm.Member) -> str:
+            try:
+                await fleet._post(member, PATH, b"{}")
+                return "answered"
+            except swarm.Unavailable as exc:
+                return "TimeoutError" if "Timeout" in str(exc) else str(exc)
 
-            return await asyncio.gather(*(one(m) for m in members))
-    finally:
-        await runner.cleanup()
+        return await asyncio.gather(*(one(m) for m in members))
 
 
 def test_waiting_for_the_shared_pool_is_not_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from llmgw.simulator import swarm
 from llmgw.simulator.fleet import make_fleet
+from tests.simulator.local_server import serving
 
 # A web server of its own, on a local port.
 pytestmark = pytest.mark.server
@@ -30,14 +31,6 @@ async def _run(hold_at_s: float, hold_s: float, stop_at_s: float, seconds: float
             return web.json_response({"detail": "down"}, status=503)
         return web.json_response({"ok": True})
 
-    app = web.Application()
-    app.router.add_post(swarm.REGISTER, answer)
-    app.router.add_post(swarm.HEARTBEAT, answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     members = [swarm.Member(sim, "node-credential") for sim in make_fleet(3, "w", nvl72_trays=0)]
 
     async def events() -> None:
@@ -47,13 +40,13 @@ async def _run(hold_at_s: float, hold_s: float, stop_at_s: float, seconds: float
         await asyncio.sleep(stop_at_s - hold_at_s - hold_s)
         answering = False
 
-    try:
-        async with swarm.Swarm([f"http://127.0.0.1:{port}"], members, 0.5, streams=False) as fleet:
-            happening = asyncio.create_task(events())
-            await fleet.run(seconds=seconds)
-            await happening
-    finally:
-        await runner.cleanup()
+    async with (
+        serving({swarm.REGISTER: answer, swarm.HEARTBEAT: answer}) as url,
+        swarm.Swarm([url], members, 0.5, streams=False) as fleet,
+    ):
+        happening = asyncio.create_task(events())
+        await fleet.run(seconds=seconds)
+        await happening
 
 
 def test_the_watch_names_a_late_loop_and_unanswered_nodes(
