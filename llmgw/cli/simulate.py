@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from llmgw_agent.client import Backoff, read_credential, write_credential
 
+from llmgw import gc_pauses
 from llmgw.inventory import services
 from llmgw.inventory.models import Node
 from llmgw.simulator import fabrics
@@ -174,6 +175,9 @@ def run(
     """`serve`: the endpoint the nodes' shards are ready on and answered
     from (--serve-shards); without it they stay pending, costing nothing."""
     fleet = make_fleet(count, prefix, nvl72_trays=nvl72_trays)
+    # Its own collector's pauses hold every simulated node up: said, as the
+    # control plane's are.
+    gc_pauses.watch()
     # Several web processes, comma-separated, as a real agent's server_urls.
     urls = [url for url in server.split(",") if url]
     cables = Cables(fleet)

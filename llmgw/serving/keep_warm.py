@@ -23,6 +23,7 @@ from typing import Any
 
 from django.db import connection
 
+from llmgw import gc_pauses
 from llmgw.serving import warm, warm_sql
 
 log = logging.getLogger("llmgw.placement")
@@ -60,6 +61,10 @@ async def lifespan(scope: dict[str, Any], receive: Any, send: Any) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            # What the process loads at startup is loaded: settled out of
+            # the collector's way, and its pauses watched (llmgw.gc_pauses).
+            gc_pauses.settle()
+            gc_pauses.watch()
             stop = start()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":

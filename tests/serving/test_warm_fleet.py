@@ -500,10 +500,14 @@ def test_a_web_process_keeps_its_fleet_warm_from_its_start(
     # (5 to 8 s under load) with every other placer of the process behind it.
     import asyncio
 
+    from llmgw import gc_pauses
     from llmgw.asgi import application
     from llmgw.serving import keep_warm
 
     monkeypatch.setattr(keep_warm, "FIRST_AFTER_S", 0.0)
+    # The test runner's collector stays the runner's (tests/test_gc_pauses.py).
+    monkeypatch.setattr(gc_pauses, "settle", lambda: None)
+    monkeypatch.setattr(gc_pauses, "watch", lambda: None)
     monkeypatch.setattr(keep_warm, "KEEP_EVERY_S", 0.05)
     warm.FLEET.reset()
     messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
