@@ -145,7 +145,14 @@ def _simulate(args: argparse.Namespace) -> int:
         raise SystemExit(f"--serve-port: {args.serve_port}, expected 1024-65535 or 0 (any)")
     serve = Endpoint(args.serve_host, args.serve_port) if args.serve_shards else None
     return run(
-        args.server, args.nodes, args.interval, args.prefix, args.once, args.nvl72_trays, serve
+        args.server,
+        args.nodes,
+        args.interval,
+        args.prefix,
+        args.once,
+        args.nvl72_trays,
+        serve,
+        own_process=True,
     )
 
 

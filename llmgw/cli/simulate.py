@@ -171,16 +171,21 @@ def run(
     once: bool,
     nvl72_trays: int = 0,
     serve: Endpoint | None = None,
+    own_process: bool = False,
 ) -> int:
     """`serve`: the endpoint the nodes' shards are ready on and answered
-    from (--serve-shards); without it they stay pending, costing nothing."""
+    from (--serve-shards); without it they stay pending, costing nothing.
+    `own_process`: the process is the simulator's (`llmgw simulate`), its
+    collector the simulator's to settle; a test running it keeps its own."""
     fleet = make_fleet(count, prefix, nvl72_trays=nvl72_trays)
-    # Its collector's pauses hold every simulated node up. On CPython's
-    # defaults 5,000 nodes spent 15-27% of the simulator's time in them,
-    # and 56-68% while the control plane was away (every retry's error is
-    # garbage): settled as a web process is (llmgw.gc_pauses), and watched.
-    gc_pauses.settle()
-    gc_pauses.watch()
+    if own_process:
+        # Its collector's pauses hold every simulated node up. On CPython's
+        # defaults 5,000 nodes spent 15-27% of the simulator's time in them,
+        # and 56-68% while the control plane was away (every retry's error
+        # is garbage): settled as a web process is (llmgw.gc_pauses), and
+        # watched.
+        gc_pauses.settle()
+        gc_pauses.watch()
     # Several web processes, comma-separated, as a real agent's server_urls.
     urls = [url for url in server.split(",") if url]
     cables = Cables(fleet)
