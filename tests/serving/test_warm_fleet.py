@@ -505,9 +505,11 @@ def test_a_web_process_keeps_its_fleet_warm_from_its_start(
     from llmgw.serving import keep_warm
 
     monkeypatch.setattr(keep_warm, "FIRST_AFTER_S", 0.0)
-    # The test runner's collector stays the runner's (tests/test_gc_pauses.py).
-    monkeypatch.setattr(gc_pauses, "settle", lambda: None)
-    monkeypatch.setattr(gc_pauses, "watch", lambda: None)
+    # The process's collector is settled and watched at startup; the test
+    # runner's stays the runner's (settling: tests/test_gc_pauses.py).
+    settled: list[str] = []
+    monkeypatch.setattr(gc_pauses, "settle", lambda: settled.append("settle"))
+    monkeypatch.setattr(gc_pauses, "watch", lambda: settled.append("watch"))
     monkeypatch.setattr(keep_warm, "KEEP_EVERY_S", 0.05)
     warm.FLEET.reset()
     messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -528,6 +530,7 @@ def test_a_web_process_keeps_its_fleet_warm_from_its_start(
 
     asyncio.run(run())
     assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert settled == ["settle", "watch"]
     assert warm.FLEET.inventory is not None and warm.FLEET.loads == 1
     assert placing.dry_run("one").decision is not None
     assert warm.FLEET.loads == 1
