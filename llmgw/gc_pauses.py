@@ -5,9 +5,11 @@ share of the agents' streams in memory, and allocates as fast as its
 requests come. On CPython's defaults (a young generation of 700
 objects) an object that lives through a few concurrent requests is
 promoted, and so many were at 5,000 nodes that each web process ran a
-full collection, over everything it holds, 6-10 times a minute: 0.7-1.2 s
+full collection, over everything it holds, 6-11 times a minute: 0.7-1.2 s
 each, 11-20% of the process's time, every thread stopped meanwhile,
-heartbeats included (bench-fleet, 2026-12-07).
+heartbeats included (bench-fleet, 2026-12-07). Settled, 1.5-1.9%, and 19%
+less CPU (docs/benchmarks.md, "The garbage collector settled"). The
+simulator (llmgw simulate) settles its own the same way.
 
 settle(), once the process has loaded what it keeps at startup, collects
 once and freezes the survivors (gc.freeze: no later collection walks
