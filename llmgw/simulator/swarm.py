@@ -366,6 +366,7 @@ class Swarm:
                     failures.append(f"{url}: {response.status}")
             except (aiohttp.ClientError, TimeoutError) as exc:
                 failures.append(f"{url}: {type(exc).__name__} {exc}")
+                _forget(exc)
             member.url = (index + 1) % len(self.urls)
         raise Unavailable(f"POST {path}: " + "; ".join(failures))
 
@@ -395,6 +396,7 @@ class Swarm:
                         task.add_done_callback(self._answering.discard)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 log.debug("%s: command stream: %s", member.sim.name, exc)
+                _forget(exc)
             await asyncio.sleep(backoff.next())
 
     async def _answer(
@@ -423,3 +425,15 @@ class Swarm:
             await ws.send_str(_encode(result).decode())
         except (aiohttp.ClientError, ConnectionError) as exc:
             log.warning("could not send the result of command #%s: %s", command.id, exc)
+
+
+def _forget(error: BaseException | None) -> None:
+    """Drop the tracebacks of a handled error and of those it came from. Each
+    holds frames that hold the futures and tasks that hold the error: a
+    cycle only the collector frees, for every failed request, and a fleet
+    whose control plane is away fails thousands a second."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        error.__traceback__ = None
+        error = error.__cause__ or error.__context__
