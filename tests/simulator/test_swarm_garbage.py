@@ -7,21 +7,14 @@ collector freeing them."""
 from __future__ import annotations
 
 import gc
-import socket
 
 from llmgw.simulator import swarm
 from llmgw.simulator.fleet import make_fleet
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
+from tests.servers import free_port
 
 
 async def _left_after(failures: int) -> int:
-    url = f"http://127.0.0.1:{_closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     [sim] = make_fleet(1, "t")
     member = swarm.Member(sim, "node-credential", registered=True)
     async with swarm.Swarm([url, url], [member], 10.0, streams=False) as fleet:
