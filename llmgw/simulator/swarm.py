@@ -8,6 +8,19 @@ pool, each on its own jittered interval, sending what a real agent sends
 (llmgw.simulator.fleet builds it with the protocol's own builders) and
 answering its command stream over one shared WebSocket session.
 
+The pool has no cap on its connections: an agent has one of its own, so
+a slow control plane makes each node wait for its own answer, never for
+another node's turn at a connection. With a cap of 256, at most 256
+heartbeats were in flight, so at 0.6 s an answer fewer than the 500 a
+second that 5,000 nodes send went out: the rest queued in the simulator,
+the queue grew by the minute, nodes went 80 s without a heartbeat sent
+and were marked NotReady for it (bench-fleet, 2026-12-07, on a machine
+slow that hour): the simulator's queue, not the control plane, had them
+silent. Uncapped, a control plane that cannot keep up shows as a real
+fleet would see it, heartbeats waiting in its processes and timing out.
+Idle connections are kept and used again, so the sockets open are about
+the heartbeats in flight.
+
 Every node behaves as an agent does: it registers before its first
 heartbeat and again when the answer asks it to, takes the answer's
 desired state, fails over to the next web process when one does not
@@ -77,10 +90,10 @@ def step_timeout() -> aiohttp.ClientTimeout:
     answer's next bytes, held up longer sends the request to the next web
     process. Counted per step on the connection, as an agent counts it,
     and not from the call: a whole-call limit also counted the wait for
-    one of the shared pool's connections, which no agent has. After an
-    outage 5,000 nodes queue for the pool's 256, and that limit gave up on
-    3,610 heartbeats that a real fleet would have sent (each node then
-    waited its retry, the tail of the return)."""
+    one of the shared pool's connections, which no agent has. When the
+    pool had a cap of 256, after an outage 5,000 nodes queued for it, and
+    that limit gave up on 3,610 heartbeats that a real fleet would have
+    sent (each node then waited its retry, the tail of the return)."""
     return aiohttp.ClientTimeout(
         total=None, connect=None, sock_connect=TIMEOUT_S, sock_read=TIMEOUT_S
     )
@@ -154,7 +167,7 @@ class Swarm:
         *,
         streams: bool = True,
         seed: int = 7,
-        connections: int = 256,
+        connections: int = 0,
         tick: Callable[[], None] | None = None,
     ) -> None:
         self.urls = [url.rstrip("/") for url in urls]
@@ -173,11 +186,12 @@ class Swarm:
         self.registering = asyncio.Semaphore(16)
         self.session: aiohttp.ClientSession | None = None
         # The command streams' own: each holds its connection for good, and
-        # in the pool above 256 of them left none for heartbeats.
+        # in a pool capped at 256 they left none for heartbeats.
         self.stream_session: aiohttp.ClientSession | None = None
         self._answering: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> Swarm:
+        # `connections`: 0, no cap (above); a test may cap it.
         connector = aiohttp.TCPConnector(limit=self.connections, ttl_dns_cache=None)
         self.session = aiohttp.ClientSession(connector=connector, timeout=step_timeout())
         if self.streams:

@@ -19,7 +19,9 @@ async def serving(posts: Mapping[str, Handler]) -> AsyncIterator[str]:
     runner = web.AppRunner(app)
     await runner.setup()
     try:
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        # uvicorn's backlog: hundreds of nodes connecting at once are queued,
+        # not dropped for the client to try again a second later.
+        await web.TCPSite(runner, "127.0.0.1", 0, backlog=2048).start()
         # Port 0 asked the kernel for one: the runner knows which it gave.
         yield f"http://127.0.0.1:{runner.addresses[0][1]}"
     finally:
