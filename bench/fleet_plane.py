@@ -17,7 +17,8 @@ from pathlib import Path
 import psycopg
 
 from bench.fleet_measure import Plane, Probe, probes_for
-from tests.reliability.services import Postgres, Redis, free_port, wait_port
+from tests.reliability.services import Postgres, Redis, wait_port
+from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -20,7 +20,8 @@ import psycopg
 
 from tests.reliability.agent import NAMES, RealAgent
 from tests.reliability.agent import catalog as real_catalog
-from tests.reliability.services import Postgres, Redis, free_port, wait_port
+from tests.reliability.services import Postgres, Redis, wait_port
+from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

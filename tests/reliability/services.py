@@ -14,17 +14,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.servers import free_port
+
 PG_BIN = (
     Path(sorted(glob.glob("/usr/lib/postgresql/*/bin"))[-1])
     if glob.glob("/usr/lib/postgresql/*/bin")
     else None
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port: int, timeout_s: float = 30.0) -> None:
