@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.utils import timezone
-
 from llmgw.inventory import services
 from llmgw.inventory.models import Node
 from tests.payloads import heartbeat, registration
@@ -48,7 +46,10 @@ def test_not_ready_after_three_missed_heartbeats(make_node, agent_client, api):
     agent.post("heartbeat", heartbeat("gpu-1"))
     assert api.get("/api/v1/nodes/gpu-1").json()["state"] == "Ready"
 
-    last = timezone.now()
+    # From the beat as stored: now() here comes after the GET above, which
+    # took over a second on a loaded machine and marked the node at "29 s".
+    node.refresh_from_db()
+    last = node.last_heartbeat_at
     assert services.mark_missed_heartbeats(last + timedelta(seconds=29)) == []
     assert services.mark_missed_heartbeats(last + timedelta(seconds=31)) == ["gpu-1"]
     node.refresh_from_db()
