@@ -92,6 +92,14 @@ class Browser:
         self.page.goto(self.url + path)
         return self.page
 
+    def stream_open(self) -> None:
+        """Wait until the page's console stream is open: its server joined
+        the group before accepting, so a change committed from now on is
+        pushed to the page. A change made before that reaches the page by
+        its poll alone, which a test of the push cannot tell from a push
+        that never came."""
+        self.page.wait_for_selector("#live.on")
+
     def shot(self, name: str) -> None:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)

@@ -58,6 +58,7 @@ def test_node_page_refreshes_in_place_on_a_pushed_change(browser):
     assert page.locator("table.matrix td.nv").count() == 8 * 7
     assert "Prometheus is not configured" in page.locator("#charts").inner_text()
     b.shot("node")
+    b.stream_open()
     page.evaluate("window.__same_page = true")
     in_own_thread(
         fleet.send_ports, name, 3, set()
@@ -141,6 +142,7 @@ def test_fabric_map_draws_zooms_finds_and_goes_live(browser):
     page.wait_for_timeout(600)  # the zoom's transition, for the picture only
     b.shot("fabric-found")
 
+    b.stream_open()
     page.evaluate("window.__same_page = true")
     in_own_thread(fleet.send_ports, name, 3, set())
     page.wait_for_function("document.querySelectorAll('circle.port.down').length === 0")

@@ -102,6 +102,7 @@ def test_the_tree_the_sweep_and_a_drain_from_the_page(held: None, browser: Any) 
     # A drain placed from the page: its progress shows as the reconciler moves out.
     target = Shard.objects.filter(replica__model__name="qwen2.5-7b-instruct").first()
     rack_key = f"rack={target.node.labels['llmgw.io/rack']}"
+    b.stream_open()
     pushes = int(page.evaluate("Number(document.body.dataset.pushes || 0)"))
     hold_row = row(page, rack_key)
     hold_row.locator("button.hold-open").click()

@@ -91,6 +91,7 @@ def test_the_list_follows_a_pushed_change_of_counts(site, browser):
     b = browser
     page = b.open("/held")
     page.wait_for_selector('tr[data-model="qwen2.5-7b-instruct"] td.ready')
+    b.stream_open()
     page.evaluate("window.__same_page = true")
     in_own_thread(services.set_counts, "qwen2.5-7b-instruct", 0, 3)
     page.wait_for_function(
