@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -14,7 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests import tiers
-from tests.threads import checked_out_elsewhere
+from tests.threads import checked_out_elsewhere, left_after
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -100,11 +99,8 @@ def no_connection_left_behind() -> Any:
     whose placers then failed waiting for a connection."""
     before = checked_out_elsewhere()
     yield
-    # A connection handed back is the pool's again only once the pool has
-    # checked it; a moment for a thread that is just finishing.
-    deadline = time.monotonic() + 2
-    while (left := checked_out_elsewhere() - before) > 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # A moment for a thread that is just finishing.
+    left = left_after(before, 2)
     assert left <= 0, (
         f"{left} pooled database connection(s) left checked out by other threads: "
         "close the connection at the end of a thread that used the ORM "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,3 +54,13 @@ def checked_out_elsewhere() -> int:
     stats = pool.get_stats()
     held_here = wrapper.connection is not None
     return int(stats["pool_size"] - stats["pool_available"]) - held_here
+
+
+def left_after(held: int, seconds: float) -> int:
+    """How many more pooled connections than `held` other threads still hold
+    after waiting up to `seconds` for them to be given back (a connection
+    handed back is the pool's again only once the pool has checked it)."""
+    deadline = time.monotonic() + seconds
+    while (left := checked_out_elsewhere() - held) > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left

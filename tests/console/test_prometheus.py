@@ -20,7 +20,7 @@ from tests.inventory.test_gpus import A100_PENDING, H100, join_with_gpus
 from tests.inventory.test_wear import beat
 from tests.payloads import heartbeat, registration
 from tests.servers import free_port
-from tests.threads import checked_out_elsewhere
+from tests.threads import checked_out_elsewhere, left_after
 from tests.tokens import make_token
 
 ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
@@ -70,9 +70,7 @@ def prometheus(live_server, operator, tmp_path):
         # their connections back as they finish: on a loaded machine a
         # scrape Prometheus gave up on ran on for seconds, and seven of them
         # were still running when the test ended.
-        deadline = time.monotonic() + 30
-        while checked_out_elsewhere() > held and time.monotonic() < deadline:
-            time.sleep(0.1)
+        left_after(held, 30)
 
 
 def test_the_promql_proxy_returns_what_prometheus_scraped(
